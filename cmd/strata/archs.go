@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/host/plugins"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+func archsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "archs",
+		Usage:     "list the architecture plugins found, their versions and what they handle",
+		ArgsUsage: " ",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageError{"archs takes no arguments"}
+			}
+			reg := loadPlugins(c)
+			defer reg.Close()
+			report := archsReportOf(reg)
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, report)
+			}
+			report.print(c.App.Writer)
+			return nil
+		},
+	}
+}
+
+type archsReport struct {
+	SearchPath []plugins.SearchDir `json:"search_path"`
+	Plugins    []pluginReport      `json:"plugins"`
+}
+
+type pluginReport struct {
+	Name          string       `json:"name"`
+	Version       string       `json:"version,omitempty"`
+	Path          string       `json:"path"`
+	FoundVia      string       `json:"found_via"`
+	Error         string       `json:"error,omitempty"`
+	Architectures []archReport `json:"architectures,omitempty"`
+}
+
+type archReport struct {
+	ModelType       string           `json:"model_type"`
+	HFArchitectures []string         `json:"hf_architectures"`
+	Capabilities    *pb.Capabilities `json:"capabilities"`
+	// ShadowedBy names the plugin that handles this model_type instead.
+	ShadowedBy string `json:"shadowed_by,omitempty"`
+}
+
+func archsReportOf(reg *plugins.Registry) archsReport {
+	r := archsReport{SearchPath: reg.Dirs, Plugins: []pluginReport{}}
+	for _, p := range reg.Plugins {
+		pr := pluginReport{Name: p.Name, Path: p.Path, FoundVia: p.Source}
+		if p.Err != nil {
+			pr.Error = p.Err.Error()
+			r.Plugins = append(r.Plugins, pr)
+			continue
+		}
+		pr.Name, pr.Version = p.Desc.GetName(), p.Desc.GetVersion()
+		for _, a := range p.Desc.GetArchitectures() {
+			ar := archReport{ModelType: a.GetModelType(), HFArchitectures: a.GetHfArchitectures(), Capabilities: a.GetCapabilities()}
+			if winner, _ := reg.For(a.GetModelType()); winner != nil && winner != p {
+				ar.ShadowedBy = winner.Path
+			}
+			pr.Architectures = append(pr.Architectures, ar)
+		}
+		r.Plugins = append(r.Plugins, pr)
+	}
+	return r
+}
+
+func (r archsReport) print(w io.Writer) {
+	if len(r.Plugins) == 0 {
+		fmt.Fprintln(w, "no strata-plugin-* binaries found; looked in:")
+		for _, d := range r.SearchPath {
+			fmt.Fprintf(w, "  %s (%s)\n", d.Dir, d.Source)
+		}
+		return
+	}
+	for _, p := range r.Plugins {
+		if p.Error != "" {
+			fmt.Fprintf(w, "%s  %s (%s)\n  FAILED: %s\n", p.Name, p.Path, p.FoundVia, p.Error)
+			continue
+		}
+		fmt.Fprintf(w, "%s %s  %s (%s)\n", p.Name, p.Version, p.Path, p.FoundVia)
+		for _, a := range p.Architectures {
+			fmt.Fprintf(w, "  %-14s %-28s %s\n", a.ModelType, strings.Join(a.HFArchitectures, ","), capabilities(a.Capabilities))
+			if a.ShadowedBy != "" {
+				fmt.Fprintf(w, "  %-14s (not used: %s handles it, found first)\n", "", a.ShadowedBy)
+			}
+		}
+	}
+}
+
+func capabilities(c *pb.Capabilities) string {
+	parts := []string{"layerwise: " + yesNo(c.GetLayerwise(), c.GetLayerwiseReason())}
+	if len(c.GetExpertLayouts()) > 0 {
+		parts = append(parts, "experts: "+strings.Join(c.GetExpertLayouts(), ","))
+	}
+	if len(c.GetQuantizedFormats()) > 0 {
+		parts = append(parts, "quantized: "+strings.Join(c.GetQuantizedFormats(), ","))
+	}
+	if len(c.GetMtpConventions()) > 0 {
+		parts = append(parts, "mtp: "+strings.Join(c.GetMtpConventions(), ","))
+	}
+	if c.GetVision() {
+		parts = append(parts, "vision")
+	}
+	return strings.Join(parts, "  ")
+}
+
+func yesNo(ok bool, why string) string {
+	if ok {
+		return "yes"
+	}
+	if why != "" {
+		return "no (" + why + ")"
+	}
+	return "no"
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/plugins"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+func inspectCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "describe a checkpoint: architecture, plugin, layers, parameters, dtypes, shards, and whether strata can export it",
+		ArgsUsage: "MODEL_DIR",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			dir, err := oneArg(c, "MODEL_DIR")
+			if err != nil {
+				return err
+			}
+			ckpt, err := checkpoint.Open(dir)
+			if err != nil {
+				return err
+			}
+			reg := loadPlugins(c)
+			defer reg.Close()
+			report := inspectCheckpoint(c, ckpt, reg)
+			if c.Bool("json") {
+				return writeJSON(c.App.Writer, report)
+			}
+			report.print(c.App.Writer)
+			return nil
+		},
+	}
+}
+
+type inspectReport struct {
+	Checkpoint         string         `json:"checkpoint"`
+	ModelType          string         `json:"model_type"`
+	Architectures      []string       `json:"architectures"`
+	Plugin             *pluginRef     `json:"plugin"`
+	Layers             int            `json:"layers"`
+	LayerKinds         map[string]int `json:"layer_kinds"`
+	Parameters         int64          `json:"parameters"`
+	DTypes             []dtypeCount   `json:"dtypes"`
+	Shards             []shardReport  `json:"shards"`
+	Bytes              int64          `json:"bytes"`
+	Supported          bool           `json:"supported"`
+	LayerwiseSupported bool           `json:"layerwise_supported"`
+	Reasons            []string       `json:"reasons,omitempty"`
+}
+
+type pluginRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Path    string `json:"path"`
+}
+
+type dtypeCount struct {
+	DType      string `json:"dtype"`
+	Tensors    int    `json:"tensors"`
+	Parameters int64  `json:"parameters"`
+}
+
+type shardReport struct {
+	Name    string `json:"name"`
+	Bytes   int64  `json:"bytes"`
+	Tensors int    `json:"tensors"`
+}
+
+func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins.Registry) inspectReport {
+	r := inspectReport{Checkpoint: ckpt.Dir, ModelType: ckpt.ModelType, Architectures: ckpt.Architectures, LayerKinds: map[string]int{}}
+	r.countTensors(ckpt)
+	p, err := reg.For(ckpt.ModelType)
+	if err != nil {
+		r.Reasons = []string{err.Error()}
+		return r
+	}
+	r.Plugin = &pluginRef{Name: p.Desc.GetName(), Version: p.Desc.GetVersion(), Path: p.Path}
+	model := export.Model(ckpt)
+	check, err := p.Check(c.Context, model)
+	if err != nil {
+		r.Reasons = []string{err.Error()}
+		return r
+	}
+	r.Supported, r.LayerwiseSupported, r.Reasons = check.GetSupported(), check.GetLayerwiseSupported(), check.GetReasons()
+	if support, ok := p.Support(ckpt.ModelType); ok && !support.GetCapabilities().GetLayerwise() {
+		r.LayerwiseSupported = false
+		if why := support.GetCapabilities().GetLayerwiseReason(); why != "" {
+			r.Reasons = append(r.Reasons, "layerwise: "+why)
+		}
+	}
+	if !r.Supported {
+		return r
+	}
+	plan, err := p.Plan(c.Context, &pb.PlanRequest{Model: model})
+	if err != nil {
+		r.Supported, r.Reasons = false, append(r.Reasons, err.Error())
+		return r
+	}
+	r.Layers = len(plan.GetLayers())
+	for _, l := range plan.GetLayers() {
+		r.LayerKinds[l.GetKind()]++
+	}
+	return r
+}
+
+func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint) {
+	byDType := map[string]*dtypeCount{}
+	for _, sh := range ckpt.Shards {
+		r.Shards = append(r.Shards, shardReport{Name: sh.Name, Bytes: sh.Size, Tensors: len(sh.Tensors)})
+		r.Bytes += sh.Size
+		for _, t := range sh.Tensors {
+			d := byDType[t.DType]
+			if d == nil {
+				d = &dtypeCount{DType: t.DType}
+				byDType[t.DType] = d
+			}
+			d.Tensors++
+			d.Parameters += t.Elements()
+			r.Parameters += t.Elements()
+		}
+	}
+	for _, d := range byDType {
+		r.DTypes = append(r.DTypes, *d)
+	}
+	sort.Slice(r.DTypes, func(i, j int) bool { return r.DTypes[i].Parameters > r.DTypes[j].Parameters })
+}
+
+func (r inspectReport) print(w io.Writer) {
+	row := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k, v) }
+	row("checkpoint", r.Checkpoint)
+	row("model_type", fmt.Sprintf("%s (%s)", r.ModelType, strings.Join(r.Architectures, ", ")))
+	if r.Plugin != nil {
+		row("plugin", fmt.Sprintf("%s %s (%s)", r.Plugin.Name, r.Plugin.Version, r.Plugin.Path))
+	} else {
+		row("plugin", "none")
+	}
+	if r.Layers > 0 {
+		row("layers", fmt.Sprintf("%d (%s)", r.Layers, kindsText(r.LayerKinds)))
+	}
+	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))
+	var dts []string
+	for _, d := range r.DTypes {
+		dts = append(dts, fmt.Sprintf("%s: %d tensors, %s params", d.DType, d.Tensors, human(d.Parameters, "")))
+	}
+	row("dtypes", strings.Join(dts, "; "))
+	row("shards", fmt.Sprintf("%d files, %s", len(r.Shards), human(r.Bytes, "B")))
+	for _, s := range r.Shards {
+		row("", fmt.Sprintf("%s (%s, %d tensors)", s.Name, human(s.Bytes, "B"), s.Tensors))
+	}
+	row("supported", yesNo(r.Supported, ""))
+	row("layerwise", yesNo(r.LayerwiseSupported, ""))
+	for _, why := range r.Reasons {
+		row("reason", why)
+	}
+}
+
+func kindsText(kinds map[string]int) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s ×%d", k, kinds[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// human prints n with a k/M/G/T suffix (powers of 1000).
+func human(n int64, unit string) string {
+	f := float64(n)
+	for _, s := range []string{"", "k", "M", "G", "T"} {
+		if f < 1000 || s == "T" {
+			if s == "" {
+				return strings.TrimSpace(fmt.Sprintf("%d %s", n, unit))
+			}
+			return strings.TrimSpace(fmt.Sprintf("%.2f %s%s", f, s, unit))
+		}
+		f /= 1000
+	}
+	return ""
+}

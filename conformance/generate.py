@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Generates the conformance fixtures: tiny random checkpoints saved by Hugging
+Face transformers, and the logits transformers computes for them.
+
+Each fixture directory holds
+  model/           the checkpoint exactly as save_pretrained wrote it
+  reference.npz    prompts, decode tokens, and transformers' logits
+  fixture.json     what the fixture covers and how to run it
+
+The reference is computed by loading model/ back with transformers in float32
+(bf16 checkpoints are upcast, as the exported graph casts them), one sequence
+at a time without padding: a prefill of the prompt, then one token per decode
+step with the KV cache. The ONNX side batches the same sequences with
+padding, so the comparison also covers padding and per-row positions.
+
+Needs the pinned generator environment (requirements-gen.txt); the tests only
+read the committed output. Run: make fixtures
+"""
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+
+# Shared sizes: small enough to commit, big enough that every code path
+# (GQA grouping, partial head dims, several layers) is exercised.
+BASE = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+            rms_norm_eps=1e-5, initializer_range=0.25, bos_token_id=1, eos_token_id=2)
+
+PROMPT_LENGTHS = [7, 4]  # batch of two, different lengths: padding and per-row positions
+DECODE_STEPS = 4
+CTX_LEN = 32
+
+
+def llama3_rope(theta=10000.0):
+    # original_max_position_embeddings small enough that the scaling changes
+    # frequencies the test positions reach.
+    return dict(rope_type="llama3", rope_theta=theta, factor=8.0, low_freq_factor=1.0,
+                high_freq_factor=4.0, original_max_position_embeddings=16)
+
+
+FIXTURES_SPEC = {
+    # name: (config overrides, dtype, options)
+    "llama-f32-base": (dict(), "float32", {}),
+    "llama-bf16-gqa2": (dict(num_key_value_heads=2), "bfloat16", {}),
+    "llama-f32-tied-gqa4": (dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True), "float32", {}),
+    "llama-f32-bias": (dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True), "float32", {}),
+    "llama-f32-llama3-headdim": (dict(num_key_value_heads=2, head_dim=24, rope_parameters=llama3_rope(500000.0)),
+                                 "float32", {"legacy_rope_config": True}),
+    "llama-bf16-sharded": (dict(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
+                                tie_word_embeddings=True, rope_parameters=llama3_rope()),
+                           "bfloat16", {"max_shard_size": "120KB"}),
+}
+
+# The demo model: a bf16 checkpoint like the ones users have, with a greedy
+# continuation recorded so the demo can show strata + ONNX Runtime agree.
+DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
+
+
+def make_model(name, overrides, seed):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(**{**BASE, **overrides})
+    cfg.architectures = ["LlamaForCausalLM"]
+    model = LlamaForCausalLM(cfg).eval()
+    # Norm weights start at 1; randomise them so a swapped or missing norm shows.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(0.5, 1.5)
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.2)
+    return model
+
+
+def save(model, out, dtype, options):
+    model = model.to(getattr(torch, dtype))
+    kwargs = {}
+    if "max_shard_size" in options:
+        kwargs["max_shard_size"] = options["max_shard_size"]
+    model.save_pretrained(out, safe_serialization=True, **kwargs)
+    if options.get("legacy_rope_config"):
+        legacy_rope_config(os.path.join(out, "config.json"))
+
+
+def legacy_rope_config(path):
+    """Rewrites rope_parameters as the ≤4.x keys (rope_theta, rope_scaling):
+    checkpoints on the Hub still carry them, and transformers still reads them."""
+    with open(path) as f:
+        cfg = json.load(f)
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params.pop("rope_theta")
+    cfg["rope_scaling"] = params
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+
+
+@torch.no_grad()
+def reference(model_dir, prompts, decode_tokens):
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    steps = [[] for _ in range(1 + DECODE_STEPS)]
+    for b, prompt in enumerate(prompts):
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        steps[0].append(out.logits[0, -1].numpy())
+        past = out.past_key_values
+        for s in range(DECODE_STEPS):
+            out = model(input_ids=torch.tensor([[decode_tokens[b][s]]]), past_key_values=past, use_cache=True)
+            steps[s + 1].append(out.logits[0, -1].numpy())
+            past = out.past_key_values
+    return np.stack([np.stack(s) for s in steps]).astype(np.float32)  # [steps, batch, vocab]
+
+
+@torch.no_grad()
+def greedy(model_dir, prompts, n):
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    out = []
+    for prompt in prompts:
+        ids = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                             pad_token_id=0, eos_token_id=None)
+        out.append(ids[0, len(prompt):].tolist())
+    return out
+
+
+def generate_fixture(dest, name, overrides, dtype, options, seed, with_greedy=False):
+    rng = np.random.default_rng(seed)
+    vocab = BASE["vocab_size"]
+    prompts = [rng.integers(3, vocab, size=n).tolist() for n in PROMPT_LENGTHS]
+    decode_tokens = [rng.integers(3, vocab, size=DECODE_STEPS).tolist() for _ in PROMPT_LENGTHS]
+
+    if os.path.exists(dest):
+        shutil.rmtree(dest)
+    os.makedirs(dest)
+    model_dir = os.path.join(dest, "model")
+    save(make_model(name, overrides, seed), model_dir, dtype, options)
+
+    logits = reference(model_dir, prompts, decode_tokens)
+    arrays = dict(logits=logits, prompt_lengths=np.array(PROMPT_LENGTHS, dtype=np.int64),
+                  prompts=pad(prompts), decode_tokens=np.array(decode_tokens, dtype=np.int64))
+    meta = dict(name=name, checkpoint_dtype=dtype, ctx_len=CTX_LEN, decode_steps=DECODE_STEPS,
+                config_overrides=overrides, options=options, seed=seed,
+                transformers=transformers.__version__, torch=torch.__version__)
+    if with_greedy:
+        arrays["greedy"] = np.array(greedy(model_dir, prompts, 8), dtype=np.int64)
+        meta["greedy_tokens"] = 8
+    np.savez_compressed(os.path.join(dest, "reference.npz"), **arrays)
+    with open(os.path.join(dest, "fixture.json"), "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"{name}: {dtype}, {sum(os.path.getsize(os.path.join(model_dir, x)) for x in os.listdir(model_dir))} bytes")
+
+
+def pad(prompts):
+    width = max(len(p) for p in prompts)
+    return np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="fixtures to (re)generate; default: all, and the demo model")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # deterministic reductions
+    names = args.names or list(FIXTURES_SPEC) + ["demo"]
+    for i, name in enumerate(sorted(FIXTURES_SPEC)):
+        if name in names:
+            overrides, dtype, options = FIXTURES_SPEC[name]
+            generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=1000 + i)
+    if "demo" in names:
+        generate_fixture(DEMO, "tiny-llama", dict(num_attention_heads=8, num_key_value_heads=2), "bfloat16", {},
+                         seed=7, with_greedy=True)
+    # The tests take the fixture list from here and fail on any that is missing.
+    manifest = sorted(FIXTURES_SPEC)
+    with open(os.path.join(FIXTURES, "manifest.json"), "w") as f:
+        json.dump({"fixtures": manifest}, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

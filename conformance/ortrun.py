@@ -1,0 +1,67 @@
+"""Runs a strata export under ONNX Runtime the way a serving loop does: a
+padded prefill, then one token per step, feeding each step's retained KV
+cache back as the next step's past."""
+
+import numpy as np
+import onnxruntime as ort
+
+ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+
+
+def session(model_path):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
+
+
+def empty_caches(sess, batch, ctx_len):
+    """Zero caches for every past_* input, shaped from the model's declared
+    [batch_size, heads, ctx_len, head_dim]."""
+    caches = {}
+    for i in sess.get_inputs():
+        if i.name.startswith("past_"):
+            dims = [batch if d == "batch_size" else ctx_len if d == "ctx_len" else d for d in i.shape]
+            caches[i.name] = np.zeros(dims, dtype=ORT_TYPES[i.type])
+    return caches
+
+
+def prefill_positions(lengths, width):
+    """position_ids for right-padded prompts: 0..n-1, then -1 for padding."""
+    ar = np.arange(width, dtype=np.int64)[None, :]
+    return np.where(ar < np.asarray(lengths)[:, None], ar, -1).astype(np.int64)
+
+
+def step(sess, input_ids, position_ids, caches):
+    names = [o.name for o in sess.get_outputs()]
+    feeds = {"input_ids": input_ids, "position_ids": position_ids, **caches}
+    outs = dict(zip(names, sess.run(names, feeds)))
+    retained = {k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")}
+    return outs["logits"], retained
+
+
+def run(sess, prompts, lengths, decode_tokens, ctx_len):
+    """Logits [1 + steps, batch, vocab]: the prefill's last valid token, then
+    each decode step's."""
+    batch = prompts.shape[0]
+    caches = empty_caches(sess, batch, ctx_len)
+    logits, caches = step(sess, prompts, prefill_positions(lengths, prompts.shape[1]), caches)
+    out = [logits[:, 0, :]]
+    for s in range(decode_tokens.shape[1]):
+        ids = decode_tokens[:, s : s + 1].astype(np.int64)
+        pos = (np.asarray(lengths) + s)[:, None].astype(np.int64)
+        logits, caches = step(sess, ids, pos, caches)
+        out.append(logits[:, 0, :])
+    return np.stack(out).astype(np.float32)
+
+
+def greedy(sess, prompts, lengths, n, ctx_len):
+    """n greedy tokens per sequence."""
+    batch = prompts.shape[0]
+    caches = empty_caches(sess, batch, ctx_len)
+    logits, caches = step(sess, prompts, prefill_positions(lengths, prompts.shape[1]), caches)
+    tokens = [logits[:, 0, :].argmax(-1)]
+    for s in range(n - 1):
+        pos = (np.asarray(lengths) + s)[:, None].astype(np.int64)
+        logits, caches = step(sess, tokens[-1][:, None].astype(np.int64), pos, caches)
+        tokens.append(logits[:, 0, :].argmax(-1))
+    return np.stack(tokens, axis=1)

@@ -1,0 +1,228 @@
+// Package checkpoint reads a Hugging Face checkpoint directory without
+// reading its weights: config.json, the safetensors index, and each shard's
+// header, which locates every tensor to the byte.
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+const (
+	configFile = "config.json"
+	indexFile  = "model.safetensors.index.json"
+	singleFile = "model.safetensors"
+)
+
+// Checkpoint is a checkpoint's config and tensor inventory.
+type Checkpoint struct {
+	Dir           string // absolute
+	ConfigJSON    []byte
+	ModelType     string
+	Architectures []string
+	Shards        []Shard
+	// BytesRead counts every byte read from the checkpoint: config, index
+	// and headers. Tensor data is never read.
+	BytesRead int64
+
+	tensors map[string]*Tensor
+	keys    []string
+}
+
+// Open reads dir's config.json, index and shard headers.
+func Open(dir string) (*Checkpoint, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	info, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("checkpoint %s: not a directory", dir)
+	}
+	c := &Checkpoint{Dir: abs, tensors: map[string]*Tensor{}}
+	if err := c.readConfig(); err != nil {
+		return nil, err
+	}
+	if err := c.readShards(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Checkpoint) path(name string) string { return filepath.Join(c.Dir, name) }
+
+func (c *Checkpoint) readFile(name string) ([]byte, error) {
+	data, err := os.ReadFile(c.path(name))
+	c.BytesRead += int64(len(data))
+	return data, err
+}
+
+func (c *Checkpoint) readConfig() error {
+	data, err := c.readFile(configFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: no config.json: not a Hugging Face checkpoint directory", c.Dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.path(configFile), err)
+	}
+	var head struct {
+		ModelType     any      `json:"model_type"`
+		Architectures []string `json:"architectures"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return fmt.Errorf("%s: invalid JSON: %w", c.path(configFile), err)
+	}
+	mt, ok := head.ModelType.(string)
+	if !ok || mt == "" {
+		return fmt.Errorf("%s: no \"model_type\" string; strata chooses the architecture plugin by it", c.path(configFile))
+	}
+	c.ConfigJSON, c.ModelType, c.Architectures = data, mt, head.Architectures
+	return nil
+}
+
+func (c *Checkpoint) readShards() error {
+	names, index, err := c.shardNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		sh, err := readShard(c.path(name), name, &c.BytesRead)
+		if errors.Is(err, fs.ErrNotExist) && index != nil {
+			return fmt.Errorf("%s names shard %s, which is missing from %s", c.path(indexFile), name, c.Dir)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.path(name), err)
+		}
+		if err := c.add(sh); err != nil {
+			return err
+		}
+	}
+	sort.Strings(c.keys)
+	return c.checkIndex(index)
+}
+
+// shardNames lists the safetensors files to read: those the index names, or
+// the single model.safetensors.
+func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
+	data, err := c.readFile(indexFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(c.path(singleFile)); err != nil {
+			return nil, nil, c.noWeightsError()
+		}
+		return []string{singleFile}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", c.path(indexFile), err)
+	}
+	var idx struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return nil, nil, fmt.Errorf("%s: invalid JSON: %w", c.path(indexFile), err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return nil, nil, fmt.Errorf("%s: empty or missing \"weight_map\"", c.path(indexFile))
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, file := range idx.WeightMap {
+		if !seen[file] {
+			if err := checkRelative(file); err != nil {
+				return nil, nil, fmt.Errorf("%s: shard %q: %w", c.path(indexFile), file, err)
+			}
+			seen[file] = true
+			names = append(names, file)
+		}
+	}
+	sort.Strings(names)
+	return names, idx.WeightMap, nil
+}
+
+// checkRelative refuses shard names that would leave the checkpoint directory.
+func checkRelative(name string) error {
+	if filepath.IsAbs(name) || !filepath.IsLocal(name) {
+		return errors.New("not a file name inside the checkpoint directory")
+	}
+	return nil
+}
+
+func (c *Checkpoint) noWeightsError() error {
+	entries, _ := os.ReadDir(c.Dir)
+	var found []string
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, ".bin") || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".pt") {
+			found = append(found, n)
+		}
+	}
+	msg := fmt.Sprintf("%s: no %s and no %s", c.Dir, singleFile, indexFile)
+	if len(found) > 0 {
+		msg += fmt.Sprintf(" (found %s; PyTorch .bin checkpoints must be converted to safetensors first)", strings.Join(found, ", "))
+	}
+	return errors.New(msg)
+}
+
+func (c *Checkpoint) add(sh Shard) error {
+	c.Shards = append(c.Shards, sh)
+	s := &c.Shards[len(c.Shards)-1]
+	for i := range s.Tensors {
+		t := &s.Tensors[i]
+		if prev, dup := c.tensors[t.Key]; dup {
+			return fmt.Errorf("tensor %s is in both %s and %s", t.Key, prev.Shard, t.Shard)
+		}
+		c.tensors[t.Key] = t
+		c.keys = append(c.keys, t.Key)
+	}
+	return nil
+}
+
+// checkIndex verifies that every tensor the index names is where it says.
+func (c *Checkpoint) checkIndex(index map[string]string) error {
+	var wrong []string
+	for key, file := range index {
+		t, ok := c.tensors[key]
+		switch {
+		case !ok:
+			wrong = append(wrong, fmt.Sprintf("%s (in no shard; the index says %s)", key, file))
+		case t.Shard != file:
+			wrong = append(wrong, fmt.Sprintf("%s (in %s; the index says %s)", key, t.Shard, file))
+		}
+	}
+	if len(wrong) == 0 {
+		return nil
+	}
+	sort.Strings(wrong)
+	more := ""
+	if len(wrong) > 3 {
+		more = fmt.Sprintf(" and %d more", len(wrong)-3)
+		wrong = wrong[:3]
+	}
+	return fmt.Errorf("%s disagrees with the shard headers: %s%s", c.path(indexFile), strings.Join(wrong, ", "), more)
+}
+
+// Tensor looks a key up.
+func (c *Checkpoint) Tensor(key string) (*Tensor, bool) {
+	t, ok := c.tensors[key]
+	return t, ok
+}
+
+// Keys lists all tensor keys, sorted.
+func (c *Checkpoint) Keys() []string { return c.keys }
+
+// Shard looks a shard up by name.
+func (c *Checkpoint) Shard(name string) (*Shard, bool) {
+	for i := range c.Shards {
+		if c.Shards[i].Name == name {
+			return &c.Shards[i], true
+		}
+	}
+	return nil, false
+}

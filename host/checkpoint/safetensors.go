@@ -1,0 +1,167 @@
+package checkpoint
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/strata-llm/strata/sdk/dtype"
+)
+
+// maxHeaderBytes bounds a safetensors header; real ones are well under 10 MB
+// even for 36k-tensor MoE shards. A larger length means a corrupt file.
+const maxHeaderBytes = 100 << 20
+
+// Tensor is one tensor of a checkpoint, located to the byte.
+type Tensor struct {
+	Key    string
+	DType  string // safetensors name: BF16, F32, F8_E4M3, ...
+	Shape  []int64
+	Shard  string // file name relative to the checkpoint directory
+	Offset int64  // absolute byte offset of the data in the shard file
+	Length int64  // bytes
+}
+
+// Elements is the number of elements (1 for a scalar).
+func (t Tensor) Elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Shard is one safetensors file.
+type Shard struct {
+	Name        string // relative to the checkpoint directory
+	Path        string // absolute
+	Size        int64
+	HeaderBytes int64 // 8 + the JSON header length: where tensor data starts
+	Tensors     []Tensor
+}
+
+// headerEntry is one tensor entry of a safetensors JSON header.
+type headerEntry struct {
+	DType       string   `json:"dtype"`
+	Shape       []int64  `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// readShard reads and validates the header of the safetensors file at path
+// without reading any tensor data. The header is parsed here rather than by
+// github.com/nlpodyssey/safetensors because that library needs the whole
+// file in memory and rejects F8_E4M3, F8_E5M2 and F8_E8M0 tensors.
+func readShard(path, name string, counter *int64) (Shard, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Shard{}, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return Shard{}, err
+	}
+	header, err := readHeader(f, info.Size(), counter)
+	if err != nil {
+		return Shard{}, err
+	}
+	sh := Shard{Name: name, Path: path, Size: info.Size(), HeaderBytes: 8 + int64(len(header))}
+	if sh.Tensors, err = parseHeader(header, sh); err != nil {
+		return Shard{}, err
+	}
+	return sh, nil
+}
+
+func readHeader(r io.ReaderAt, size int64, counter *int64) ([]byte, error) {
+	if size < 8 {
+		return nil, fmt.Errorf("file is %d bytes, too short to be safetensors (truncated?)", size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("reading header length: %w", err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	switch {
+	case n > maxHeaderBytes:
+		return nil, fmt.Errorf("header length %d is implausibly large: not a safetensors file, or corrupt", n)
+	case int64(n) > size-8:
+		return nil, fmt.Errorf("header length %d runs past the end of the file (%d bytes): the file is truncated or not safetensors", n, size)
+	}
+	header := make([]byte, n)
+	if _, err := r.ReadAt(header, 8); err != nil {
+		return nil, fmt.Errorf("reading header: %w", err)
+	}
+	*counter += 8 + int64(n)
+	return header, nil
+}
+
+func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(header, &raw); err != nil {
+		return nil, fmt.Errorf("invalid header JSON: %w", err)
+	}
+	dataBytes := sh.Size - sh.HeaderBytes
+	tensors := make([]Tensor, 0, len(raw))
+	for key, msg := range raw {
+		if key == "__metadata__" {
+			continue
+		}
+		t, err := parseEntry(key, msg, sh, dataBytes)
+		if err != nil {
+			return nil, err
+		}
+		tensors = append(tensors, t)
+	}
+	if err := checkOverlaps(tensors); err != nil {
+		return nil, err
+	}
+	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Key < tensors[j].Key })
+	return tensors, nil
+}
+
+func parseEntry(key string, msg json.RawMessage, sh Shard, dataBytes int64) (Tensor, error) {
+	var e headerEntry
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return Tensor{}, fmt.Errorf("tensor %s: invalid header entry: %w", key, err)
+	}
+	info, ok := dtype.FromSafetensors(e.DType)
+	if !ok {
+		return Tensor{}, fmt.Errorf("tensor %s: unknown dtype %q", key, e.DType)
+	}
+	begin, end := e.DataOffsets[0], e.DataOffsets[1]
+	t := Tensor{Key: key, DType: e.DType, Shape: e.Shape, Shard: sh.Name, Offset: sh.HeaderBytes + begin, Length: end - begin}
+	for _, d := range e.Shape {
+		if d < 0 {
+			return Tensor{}, fmt.Errorf("tensor %s: negative dimension in shape %v", key, e.Shape)
+		}
+	}
+	if begin < 0 || end < begin {
+		return Tensor{}, fmt.Errorf("tensor %s: invalid data_offsets [%d, %d]", key, begin, end)
+	}
+	if want := info.ByteSize(t.Elements()); want != t.Length {
+		return Tensor{}, fmt.Errorf("tensor %s: data_offsets span %d bytes, but %s %v needs %d", key, t.Length, e.DType, e.Shape, want)
+	}
+	if end > dataBytes {
+		return Tensor{}, fmt.Errorf("tensor %s: its data ends at byte %d of the data section, but the file holds only %d data bytes: the file is truncated", key, end, dataBytes)
+	}
+	return t, nil
+}
+
+func checkOverlaps(ts []Tensor) error {
+	byOffset := make([]Tensor, len(ts))
+	copy(byOffset, ts)
+	sort.Slice(byOffset, func(i, j int) bool { return byOffset[i].Offset < byOffset[j].Offset })
+	for i := 1; i < len(byOffset); i++ {
+		prev, cur := byOffset[i-1], byOffset[i]
+		if cur.Length > 0 && cur.Offset < prev.Offset+prev.Length {
+			return fmt.Errorf("tensors %s and %s overlap in the file: the header is corrupt", prev.Key, cur.Key)
+		}
+	}
+	return nil
+}

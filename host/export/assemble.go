@@ -1,0 +1,168 @@
+package export
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// parts is everything the plugin built for one model.
+type parts struct {
+	plan    *pb.PlanResponse
+	embed   *pb.BuildResponse
+	context *pb.BuildResponse
+	kinds   map[string]*pb.BuildResponse // layer kind -> its function and per-layer bindings
+	final   *pb.BuildResponse
+}
+
+// assembler places the parts in one graph.
+type assembler struct {
+	parts   parts
+	compute dtype.DType
+	b       *graph.Builder
+	table   *weights.Table
+	kinds   map[string]*pb.LayerKind
+}
+
+// Value names in the assembled graph.
+func layerPrefix(i int32) string             { return fmt.Sprintf("layers.%d", i) }
+func cacheInput(name string, i int32) string { return fmt.Sprintf("%s.%d", name, i) }
+func contextValue(name string) string        { return "context/" + name }
+
+func (a *assembler) run() error {
+	a.declareIO()
+	hidden := "embed/" + sdk.HiddenStates
+	if err := a.place(a.parts.embed, sdk.NonLayer, "embed",
+		map[string]string{sdk.InputIDs: sdk.InputIDs},
+		map[string]string{sdk.HiddenStates: hidden}); err != nil {
+		return err
+	}
+	if err := a.placeContext(); err != nil {
+		return err
+	}
+	for _, l := range a.parts.plan.GetLayers() {
+		var err error
+		if hidden, err = a.placeLayer(l, hidden); err != nil {
+			return err
+		}
+	}
+	return a.place(a.parts.final, sdk.NonLayer, "final",
+		map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs},
+		map[string]string{sdk.Logits: sdk.Logits})
+}
+
+// declareIO declares the graph inputs and outputs the Qualcomm toolchain
+// expects: ids and positions, then each layer's caches; logits of the last
+// valid token, then each cache's retained state.
+func (a *assembler) declareIO() {
+	tokens := []graph.Dim{{Param: "batch_size"}, {Param: "seq_len"}}
+	a.b.Input(sdk.InputIDs, onnxpb.TensorProto_INT64, tokens...)
+	a.b.Input(sdk.PositionIDs, onnxpb.TensorProto_INT64, tokens...)
+	a.b.Output(sdk.Logits, onnxpb.TensorProto_FLOAT, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1}, graph.Dim{Size: a.parts.plan.GetVocabSize()})
+	for _, l := range a.parts.plan.GetLayers() {
+		for _, c := range a.kinds[l.GetKind()].GetCaches() {
+			a.b.Input(cacheInput(c.GetName(), l.GetIndex()), a.compute, dims(c)...)
+		}
+	}
+	for _, l := range a.parts.plan.GetLayers() {
+		for _, c := range a.kinds[l.GetKind()].GetCaches() {
+			a.b.Output(cacheInput(c.GetName(), l.GetIndex())+sdk.RetainedSuffix, a.compute, dims(c)...)
+		}
+	}
+}
+
+func dims(c *pb.CacheSpec) []graph.Dim {
+	out := make([]graph.Dim, len(c.GetShape()))
+	for i, d := range c.GetShape() {
+		out[i] = graph.Dim{Size: d.GetSize(), Param: d.GetParam()}
+	}
+	return out
+}
+
+// placeContext binds the context function's cache input to the first
+// layer's cache of that name: it only reads its shape.
+func (a *assembler) placeContext() error {
+	first := a.parts.plan.GetLayers()[0]
+	inputs := map[string]string{sdk.PositionIDs: sdk.PositionIDs}
+	for _, c := range a.kinds[first.GetKind()].GetCaches() {
+		inputs[c.GetName()] = cacheInput(c.GetName(), first.GetIndex())
+	}
+	outputs := map[string]string{}
+	for _, name := range a.parts.plan.GetContextOutputs() {
+		outputs[name] = contextValue(name)
+	}
+	return a.place(a.parts.context, sdk.NonLayer, "context", keepFormal(inputs, a.parts.context), outputs)
+}
+
+func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {
+	i := l.GetIndex()
+	out := layerPrefix(i) + "/" + sdk.HiddenStatesOut
+	inputs := map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}
+	outputs := map[string]string{sdk.HiddenStatesOut: out}
+	for _, c := range a.kinds[l.GetKind()].GetCaches() {
+		inputs[c.GetName()] = cacheInput(c.GetName(), i)
+		outputs[c.GetName()+sdk.RetainedSuffix] = cacheInput(c.GetName(), i) + sdk.RetainedSuffix
+	}
+	for _, name := range a.parts.plan.GetContextOutputs() {
+		inputs[name] = contextValue(name)
+	}
+	resp := a.parts.kinds[l.GetKind()]
+	return out, a.place(resp, i, layerPrefix(i), keepFormal(inputs, resp), outputs)
+}
+
+// keepFormal drops the role inputs a function does not declare (a layer need
+// not take every context value).
+func keepFormal(inputs map[string]string, resp *pb.BuildResponse) map[string]string {
+	formal := map[string]bool{}
+	for _, in := range resp.GetFunction().GetInput() {
+		formal[in] = true
+	}
+	out := map[string]string{}
+	for k, v := range inputs {
+		if formal[k] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// place binds a part's weights for one layer (or sdk.NonLayer) and inlines it.
+func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, inputs, outputs map[string]string) error {
+	for _, dep := range resp.GetDependencies() {
+		if err := a.b.AddFunction(dep); err != nil {
+			return err
+		}
+	}
+	bindings, err := layerBindings(resp, layer)
+	if err != nil {
+		return err
+	}
+	for _, wb := range bindings {
+		if _, taken := inputs[wb.GetInput()]; taken {
+			return fmt.Errorf("%s: input %s is both a model input and bound to tensor %s", prefix, wb.GetInput(), wb.GetKey())
+		}
+		value, err := a.table.Value(wb.GetKey(), wb.GetDtype())
+		if err != nil {
+			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
+		}
+		inputs[wb.GetInput()] = value
+	}
+	return a.b.Inline(graph.Call{Fn: resp.GetFunction(), Inputs: inputs, Outputs: outputs, Prefix: prefix})
+}
+
+func layerBindings(resp *pb.BuildResponse, layer int32) ([]*pb.WeightBinding, error) {
+	for _, lw := range resp.GetWeights() {
+		if lw.GetLayer() == layer {
+			return lw.GetBindings(), nil
+		}
+	}
+	if layer == sdk.NonLayer && len(resp.GetWeights()) == 0 {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("plugin built %s without weight bindings for layer %d", resp.GetFunction().GetName(), layer)
+}

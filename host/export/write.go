@@ -1,0 +1,119 @@
+package export
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/weights"
+)
+
+// outDir is a validated, writable output directory.
+type outDir struct{ dir string }
+
+func (o outDir) path(name string) string { return filepath.Join(o.dir, filepath.FromSlash(name)) }
+
+// ours are the names an export writes; a directory holding only these (and
+// our temporary files) is a previous export and may be overwritten.
+var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.DataDir: true}
+
+const tmpPrefix = ".strata-"
+
+// prepareOut creates dir if needed and checks it is writable and holds
+// nothing but a previous export, without changing anything in it.
+func prepareOut(dir string) (outDir, error) {
+	if dir == "" {
+		return outDir{}, errors.New("no output directory: pass --out DIR")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return outDir{}, fmt.Errorf("output directory %s cannot be created: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return outDir{}, fmt.Errorf("output directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), tmpPrefix) {
+			return outDir{}, fmt.Errorf("output directory %s already holds %s, which no strata export wrote; "+
+				"choose an empty or new directory (strata overwrites only its own earlier exports)", dir, e.Name())
+		}
+	}
+	probe, err := os.CreateTemp(dir, tmpPrefix+"probe-*")
+	if err != nil {
+		return outDir{}, fmt.Errorf("output directory %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return outDir{dir: dir}, nil
+}
+
+// write commits an export: the old model.onnx goes first (a model.onnx
+// present means a complete export), then shards, spec, and model.onnx last.
+func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte) error {
+	if err := os.Remove(o.path(ModelFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the previous %s: %w", o.path(ModelFile), err)
+	}
+	if err := o.linkShards(ckpt, spec); err != nil {
+		return err
+	}
+	specJSON, err := spec.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(o.path(SpecFile), specJSON); err != nil {
+		return err
+	}
+	return writeAtomic(o.path(ModelFile), model)
+}
+
+// linkShards makes every shard the spec names reachable inside the output
+// directory and removes shards a previous export left that this one does not use.
+func (o outDir) linkShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
+	keep := map[string]bool{}
+	for _, f := range spec.Files {
+		dst := o.path(f.Path)
+		keep[dst] = true
+		if err := weights.LinkShard(filepath.Join(ckpt.Dir, f.Source), dst, f.Link); err != nil {
+			return fmt.Errorf("linking shard %s: %w", f.Source, err)
+		}
+	}
+	return filepath.WalkDir(o.path(weights.DataDir), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || keep[path] {
+			return err
+		}
+		return os.Remove(path)
+	})
+}
+
+// writeAtomic writes data to a temporary file beside path and renames it into
+// place, so path is either absent, its old content, or complete.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+// Package graph assembles an ONNX model from the part functions plugins
+// build: graph inputs and outputs, initializers, and each part placed either
+// inlined (its body copied with prefixed names) or, later, as a call.
+package graph
+
+import (
+	"fmt"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// IRVersion of the models strata writes (ONNX IR 10, as the Qualcomm
+// toolchain writes them).
+const IRVersion = 10
+
+// Builder accumulates one model graph.
+type Builder struct {
+	graph     *onnxpb.GraphProto
+	functions map[string]*onnxpb.FunctionProto
+	opsets    map[string]int64
+}
+
+// New starts a graph called name.
+func New(name string) *Builder {
+	return &Builder{
+		graph:     &onnxpb.GraphProto{Name: name},
+		functions: map[string]*onnxpb.FunctionProto{},
+		opsets:    map[string]int64{},
+	}
+}
+
+// Dim is one dimension of a declared input or output: a size or a symbol.
+type Dim struct {
+	Size  int64
+	Param string
+}
+
+// TensorType is a tensor type with a shape.
+func TensorType(elem onnxpb.TensorProto_DataType, dims []Dim) *onnxpb.TypeProto {
+	shape := &onnxpb.TensorShapeProto{}
+	for _, d := range dims {
+		dim := &onnxpb.TensorShapeProto_Dimension{}
+		if d.Param != "" {
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: d.Param}
+		} else {
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d.Size}
+		}
+		shape.Dim = append(shape.Dim, dim)
+	}
+	return &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: int32(elem), Shape: shape},
+	}}
+}
+
+// Input declares a graph input.
+func (b *Builder) Input(name string, elem onnxpb.TensorProto_DataType, dims ...Dim) {
+	b.graph.Input = append(b.graph.Input, &onnxpb.ValueInfoProto{Name: name, Type: TensorType(elem, dims)})
+}
+
+// Output declares a graph output.
+func (b *Builder) Output(name string, elem onnxpb.TensorProto_DataType, dims ...Dim) {
+	b.graph.Output = append(b.graph.Output, &onnxpb.ValueInfoProto{Name: name, Type: TensorType(elem, dims)})
+}
+
+// Initializer adds a constant tensor (usually one referencing checkpoint bytes).
+func (b *Builder) Initializer(t *onnxpb.TensorProto) {
+	b.graph.Initializer = append(b.graph.Initializer, t)
+}
+
+// Node adds a node of the default domain.
+func (b *Builder) Node(n *onnxpb.NodeProto) {
+	b.graph.Node = append(b.graph.Node, n)
+}
+
+// Import requires domain at version; two different versions are an error.
+func (b *Builder) Import(domain string, version int64) error {
+	if v, ok := b.opsets[domain]; ok && v != version {
+		return fmt.Errorf("opset %q imported at versions %d and %d", domainName(domain), v, version)
+	}
+	b.opsets[domain] = version
+	return nil
+}
+
+func domainName(d string) string {
+	if d == "" {
+		return "ai.onnx"
+	}
+	return d
+}
+
+// AddFunction ships fn with the model. The same function offered twice must
+// be identical: two plugins' parts cannot disagree on what CtxScatter means.
+func (b *Builder) AddFunction(fn *onnxpb.FunctionProto) error {
+	key := fn.GetDomain() + "::" + fn.GetName()
+	if prev, ok := b.functions[key]; ok {
+		if !proto.Equal(prev, fn) {
+			return fmt.Errorf("two different definitions of function %s.%s", fn.GetDomain(), fn.GetName())
+		}
+		return nil
+	}
+	for _, op := range fn.GetOpsetImport() {
+		if op.GetDomain() == fn.GetDomain() {
+			continue
+		}
+		if err := b.Import(op.GetDomain(), op.GetVersion()); err != nil {
+			return fmt.Errorf("function %s: %w", fn.GetName(), err)
+		}
+	}
+	b.functions[key] = fn
+	return b.Import(fn.GetDomain(), 1)
+}
+
+// Metadata is what the model records about who made it.
+type Metadata struct {
+	ProducerName, ProducerVersion string
+	Props                         map[string]string
+}
+
+// Model finishes the graph into a model. Functions, opsets and metadata are
+// sorted so the same inputs give the same bytes.
+func (b *Builder) Model(meta Metadata) *onnxpb.ModelProto {
+	m := &onnxpb.ModelProto{
+		IrVersion:       IRVersion,
+		ProducerName:    meta.ProducerName,
+		ProducerVersion: meta.ProducerVersion,
+		Graph:           b.graph,
+	}
+	for _, d := range sortedKeys(b.opsets) {
+		m.OpsetImport = append(m.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: d, Version: b.opsets[d]})
+	}
+	for _, k := range sortedKeys(b.functions) {
+		m.Functions = append(m.Functions, b.functions[k])
+	}
+	for _, k := range sortedKeys(meta.Props) {
+		m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: k, Value: meta.Props[k]})
+	}
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

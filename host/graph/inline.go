@@ -1,0 +1,106 @@
+package graph
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// Call places one part function in the graph.
+type Call struct {
+	Fn *onnxpb.FunctionProto
+	// Inputs and Outputs map the function's formal names to graph values.
+	Inputs, Outputs map[string]string
+	// Prefix names the call's internal values and nodes: "layers.3".
+	Prefix string
+}
+
+// Inline copies the function body into the graph: formal inputs and outputs
+// become the bound graph values, every other value and node name gets the
+// call's prefix. Custom ops the body calls stay calls.
+func (b *Builder) Inline(c Call) error {
+	if err := c.checkBound(); err != nil {
+		return err
+	}
+	for _, op := range c.Fn.GetOpsetImport() {
+		if err := b.Import(op.GetDomain(), op.GetVersion()); err != nil {
+			return fmt.Errorf("%s: %w", c.Fn.GetName(), err)
+		}
+	}
+	rename := func(v string) string {
+		if v == "" {
+			return ""
+		}
+		if actual, ok := c.Inputs[v]; ok {
+			return actual
+		}
+		if actual, ok := c.Outputs[v]; ok {
+			return actual
+		}
+		return c.Prefix + "/" + v
+	}
+	for _, n := range c.Fn.GetNode() {
+		if err := checkInlinable(n); err != nil {
+			return fmt.Errorf("%s: node %s: %w", c.Fn.GetName(), n.GetName(), err)
+		}
+		cp := proto.Clone(n).(*onnxpb.NodeProto)
+		cp.Name = c.Prefix + "/" + n.GetName()
+		for i, v := range cp.Input {
+			cp.Input[i] = rename(v)
+		}
+		for i, v := range cp.Output {
+			cp.Output[i] = rename(v)
+		}
+		b.graph.Node = append(b.graph.Node, cp)
+	}
+	return nil
+}
+
+// checkBound requires every formal input and output to be bound, and no
+// binding to name a formal the function lacks.
+func (c Call) checkBound() error {
+	var problems []string
+	formal := map[string]bool{}
+	for _, in := range c.Fn.GetInput() {
+		formal[in] = true
+		if _, ok := c.Inputs[in]; !ok {
+			problems = append(problems, "input "+in+" is not bound")
+		}
+	}
+	for _, out := range c.Fn.GetOutput() {
+		formal[out] = true
+		if _, ok := c.Outputs[out]; !ok {
+			problems = append(problems, "output "+out+" is not used")
+		}
+	}
+	for _, m := range []map[string]string{c.Inputs, c.Outputs} {
+		for name := range m {
+			if !formal[name] {
+				problems = append(problems, name+" is bound but is no formal input or output")
+			}
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	sort.Strings(problems)
+	return fmt.Errorf("function %s: %s", c.Fn.GetName(), strings.Join(problems, "; "))
+}
+
+// checkInlinable refuses what a plain copy would get wrong: references to
+// function attributes and nested graphs. Part functions have neither.
+func checkInlinable(n *onnxpb.NodeProto) error {
+	for _, a := range n.GetAttribute() {
+		if a.GetRefAttrName() != "" {
+			return fmt.Errorf("attribute %s refers to a function attribute, which parts may not have", a.GetName())
+		}
+		if a.GetG() != nil || len(a.GetGraphs()) > 0 {
+			return fmt.Errorf("attribute %s holds a subgraph, which parts may not have", a.GetName())
+		}
+	}
+	return nil
+}

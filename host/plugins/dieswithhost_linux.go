@@ -1,0 +1,13 @@
+package plugins
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// dieWithHost asks the kernel to kill the plugin when the host dies, even by
+// SIGKILL. (The SDK also exits a plugin whose parent is gone, for systems
+// without this.)
+func dieWithHost(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

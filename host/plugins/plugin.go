@@ -1,0 +1,149 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+
+	"github.com/strata-llm/strata/sdk"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// Plugin is one started plugin process, or the error it failed with.
+type Plugin struct {
+	Candidate
+	Desc *pb.DescribeResponse
+	Err  error
+
+	client  *goplugin.Client
+	arch    sdk.Architecture
+	timeout time.Duration
+}
+
+// start launches the plugin and asks it to describe itself.
+func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Logger) *Plugin {
+	p := &Plugin{Candidate: c, timeout: timeout}
+	cmd := exec.Command(c.Path)
+	dieWithHost(cmd)
+	p.client = goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig: sdk.Handshake,
+		VersionedPlugins: map[int]goplugin.PluginSet{
+			sdk.ProtocolVersion: {sdk.PluginName: &sdk.GRPCPlugin{}},
+		},
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		Logger:           log.Named(c.Name),
+		StartTimeout:     timeout,
+		GRPCDialOptions:  sdk.DialOptions(),
+	})
+	if p.Err = p.connect(); p.Err != nil {
+		p.Err = fmt.Errorf("cannot start: %w", p.Err)
+		p.Kill()
+		return p
+	}
+	p.Err = p.call(ctx, "Describe", func(ctx context.Context) (err error) {
+		p.Desc, err = p.arch.Describe(ctx)
+		return err
+	})
+	if p.Err == nil {
+		p.Err = validate(p.Desc)
+	}
+	if p.Err != nil {
+		p.Kill()
+	}
+	return p
+}
+
+func (p *Plugin) connect() error {
+	rpc, err := p.client.Client()
+	if err != nil {
+		return err
+	}
+	raw, err := rpc.Dispense(sdk.PluginName)
+	if err != nil {
+		return err
+	}
+	arch, ok := raw.(sdk.Architecture)
+	if !ok {
+		return fmt.Errorf("plugin served %T, not a strata architecture", raw)
+	}
+	p.arch = arch
+	return nil
+}
+
+func validate(d *pb.DescribeResponse) error {
+	if d.GetProtocolVersion() != sdk.ProtocolVersion {
+		return fmt.Errorf("speaks plugin protocol %d, this strata speaks %d: rebuild the plugin against a matching sdk", d.GetProtocolVersion(), sdk.ProtocolVersion)
+	}
+	if d.GetName() == "" || len(d.GetArchitectures()) == 0 {
+		return errors.New("describes no name or no architectures")
+	}
+	return nil
+}
+
+// call runs one RPC under the per-call timeout and names the plugin in errors.
+func (p *Plugin) call(ctx context.Context, what string, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	err := fn(ctx)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("plugin %s: %s did not answer within %s (hung?); raise --plugin-timeout if the model is very large", p.Path, what, p.timeout)
+	}
+	return fmt.Errorf("plugin %s: %s: %w", p.Path, what, err)
+}
+
+// Check asks whether the plugin can export the model.
+func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse, err error) {
+	err = p.call(ctx, "Check", func(ctx context.Context) error {
+		resp, err = p.arch.Check(ctx, &pb.CheckRequest{Model: m})
+		return err
+	})
+	return resp, err
+}
+
+// Plan asks for the model's layers and parts.
+func (p *Plugin) Plan(ctx context.Context, req *pb.PlanRequest) (resp *pb.PlanResponse, err error) {
+	err = p.call(ctx, "Plan", func(ctx context.Context) error {
+		resp, err = p.arch.Plan(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Build asks for one part.
+func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.BuildResponse, err error) {
+	what := "Build " + req.GetPart()
+	if req.GetKind() != "" {
+		what += " " + req.GetKind()
+	}
+	err = p.call(ctx, what, func(ctx context.Context) error {
+		resp, err = p.arch.Build(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Kill stops the plugin process (gracefully, then by force after 2 s).
+func (p *Plugin) Kill() {
+	if p.client != nil {
+		p.client.Kill()
+	}
+}
+
+// Support returns what the plugin says about modelType, if it handles it.
+func (p *Plugin) Support(modelType string) (*pb.ArchitectureSupport, bool) {
+	for _, a := range p.Desc.GetArchitectures() {
+		if a.GetModelType() == modelType {
+			return a, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,107 @@
+package build
+
+import "math"
+
+// maskedScore is what masked attention scores become before the softmax: the
+// lowest float16, so a fully masked (padding) row stays finite, also after a
+// compiler converts the graph to float16.
+const maskedScore = -65504
+
+// Context-level blocks: computed once per model from position_ids and the
+// shape of one KV cache input, then passed to every layer. The Qualcomm
+// compiler rejects Range with a non-constant limit inside functions, which
+// is why none of this lives in a layer.
+
+// CausalMask is [B,1,S,C] bool, true where cache slot j is later than the
+// query's position (so padding queries, at -1, see nothing).
+func CausalMask(f *Func, positionIDs, cache Value) Value {
+	slots := cacheSlots(f, cache)                            // [1,1,C]
+	masked := f.Greater(slots, f.Unsqueeze(positionIDs, -1)) // [B,S,C]
+	return f.Unsqueeze(masked, 1)
+}
+
+// CacheReadIndices are the cache rows each batch row reads, [B,1,C] int64,
+// and which of them lie past the row's last position, [B,1,C,1] bool. Rows
+// past it read slot 0 (never out of range) and their values are zeroed.
+func CacheReadIndices(f *Func, positionIDs, cache Value) (indices, invalid Value) {
+	slots := cacheSlots(f, cache)
+	last := f.Unsqueeze(f.ReduceMax(positionIDs, true, 1), -1) // [B,1,1]
+	beyond := f.Greater(slots, last)                           // [B,1,C]
+	return f.Where(beyond, f.Int(0), slots), f.Unsqueeze(beyond, -1)
+}
+
+// cacheSlots is 0..C-1 shaped [1,1,C], C the cache's context length (axis 2).
+func cacheSlots(f *Func, cache Value) Value {
+	slots := f.Range(f.Int(0), f.Dim(cache, 2), f.Int(1))
+	return f.Reshape(slots, 1, 1, -1)
+}
+
+// AttentionContext is what a layer's attention takes from the model level.
+type AttentionContext struct {
+	PositionIDs          Value // [B,S] int64
+	PastKey, PastValue   Value // [B,nKV,C,hd]
+	Cos, Sin             Value // [B,1,S,rotary dim]
+	Mask                 Value // [B,1,S,C] bool, true = masked
+	ReadIndices, Invalid Value // see CacheReadIndices
+}
+
+// Attention is grouped-query self-attention over the retained KV cache.
+type Attention struct {
+	Heads, KVHeads, HeadDim int
+	Scaling                 float64 // multiplies q·k; 1/√head_dim when 0
+	RoPE                    RoPE
+	Q, K, V, O              Linear
+}
+
+// Apply computes attention for x [B,S,H] (already normed), writing this
+// step's keys and values into the cache. It returns the output [B,S,H] and
+// the updated caches.
+func (a Attention) Apply(f *Func, x Value, c AttentionContext) (out, presentKey, presentValue Value) {
+	q := a.heads(f.Scope("q_proj"), a.Q, x, a.Heads)
+	k := a.heads(f.Scope("k_proj"), a.K, x, a.KVHeads)
+	v := a.heads(f.Scope("v_proj"), a.V, x, a.KVHeads)
+	q = a.RoPE.Apply(f.Scope("rope_q"), q, c.Cos, c.Sin, a.HeadDim)
+	k = a.RoPE.Apply(f.Scope("rope_k"), k, c.Cos, c.Sin, a.HeadDim)
+
+	scatter, gather := CtxScatterFunc(), CtxGatherFunc()
+	presentKey = f.Call(scatter, []Value{c.PastKey, c.PositionIDs, k})
+	presentValue = f.Call(scatter, []Value{c.PastValue, c.PositionIDs, v})
+	length := f.Dim(presentKey, 2)
+	keys := f.Call(gather, []Value{presentKey, c.ReadIndices, length})
+	values := f.Call(gather, []Value{presentValue, c.ReadIndices, length})
+	values = f.Where(c.Invalid, f.Scalar(0), values)
+
+	ctx := a.core(f.Scope("core"), q, keys, values, c.Mask)
+	return a.O.Apply(f.Scope("o_proj"), ctx), presentKey, presentValue
+}
+
+// heads projects x [B,S,H] to [B,n,S,hd].
+func (a Attention) heads(f *Func, l Linear, x Value, n int) Value {
+	y := f.Reshape(l.Apply(f, x), 0, 0, int64(n), int64(a.HeadDim))
+	return f.Transpose(y, 0, 2, 1, 3)
+}
+
+// core is softmax(q·kᵀ·scale + mask)·v with query heads grouped onto their
+// KV head by a reshape (query head h reads KV head h / (Heads/KVHeads)), so
+// no Expand with a dynamic shape is needed. The softmax runs in float32.
+func (a Attention) core(f *Func, q, keys, values, mask Value) Value {
+	groups := int64(a.Heads / a.KVHeads)
+	kv, hd := int64(a.KVHeads), int64(a.HeadDim)
+	q5 := f.Reshape(q, 0, kv, groups, -1, hd)                         // [B,nKV,g,S,hd]
+	k5 := f.Transpose(f.Unsqueeze(keys, 2), 0, 1, 2, 4, 3)            // [B,nKV,1,hd,C]
+	scores := f.Mul(f.MatMul(q5, k5), f.Scalar(float32(a.scaling()))) // [B,nKV,g,S,C]
+	scores = f.CastTo(scores, f.DType(), Float32)
+	scores = f.Where(f.Unsqueeze(mask, 1), f.ScalarOf(Float32, maskedScore), scores)
+	probs := f.CastTo(f.Softmax(scores, -1), Float32, f.DType())
+	ctx := f.MatMul(probs, f.Unsqueeze(values, 2))  // [B,nKV,g,S,hd]
+	ctx = f.Reshape(ctx, 0, int64(a.Heads), -1, hd) // [B,nH,S,hd]
+	ctx = f.Transpose(ctx, 0, 2, 1, 3)              // [B,S,nH,hd]
+	return f.Reshape(ctx, 0, 0, int64(a.Heads)*hd)
+}
+
+func (a Attention) scaling() float64 {
+	if a.Scaling != 0 {
+		return a.Scaling
+	}
+	return math.Pow(float64(a.HeadDim), -0.5)
+}

@@ -1,0 +1,62 @@
+package build
+
+// Linear is an nn.Linear: weight [out, in] as stored in the checkpoint and an
+// optional bias [out] ("" for none).
+type Linear struct {
+	Weight, Bias Value
+}
+
+// Apply computes x·Wᵀ + b. The transpose is of a weight, so compilers fold it.
+func (l Linear) Apply(f *Func, x Value) Value {
+	y := f.MatMul(x, f.Transpose(l.Weight, 1, 0))
+	if l.Bias != "" {
+		y = f.Add(y, l.Bias)
+	}
+	return y
+}
+
+// LinearInputs declares the formal inputs of a Linear called name: the weight
+// "<name>.weight" and, with bias, "<name>.bias". The returned names are what
+// weight bindings refer to.
+func LinearInputs(f *Func, name string, bias bool) Linear {
+	l := Linear{Weight: f.Input(name + ".weight")}
+	if bias {
+		l.Bias = f.Input(name + ".bias")
+	}
+	return l
+}
+
+// RMSNorm applies Llama-style RMSNorm as the CustomRMSNorm op the Qualcomm
+// compiler knows, with its reference body shipped alongside.
+func RMSNorm(f *Func, x, weight Value, eps float64) Value {
+	return f.Call(CustomRMSNormFunc(), []Value{x, weight}, AttrFloat("epsilon", float32(eps)))
+}
+
+// SwiGLU is Llama's MLP: down(silu(gate(x)) * up(x)).
+type SwiGLU struct {
+	Gate, Up, Down Linear
+}
+
+// Apply computes the MLP.
+func (m SwiGLU) Apply(f *Func, x Value) Value {
+	gate := m.Gate.Apply(f.Scope("gate_proj"), x)
+	up := m.Up.Apply(f.Scope("up_proj"), x)
+	return m.Down.Apply(f.Scope("down_proj"), f.Mul(SiLU(f, gate), up))
+}
+
+// SiLU is x·sigmoid(x).
+func SiLU(f *Func, x Value) Value {
+	return f.Mul(x, f.Sigmoid(x))
+}
+
+// Embedding looks token ids up in a [vocab, hidden] table.
+func Embedding(f *Func, table, ids Value) Value {
+	return f.Gather(table, ids, 0)
+}
+
+// LastValidToken picks, per batch row, the hidden state of the token with the
+// largest position id (padding is -1): [B,S,H] -> [B,1,H].
+func LastValidToken(f *Func, hidden, positionIDs Value) Value {
+	last := f.ArgMax(positionIDs, 1, true) // [B,1]
+	return f.Op("GatherND", []Value{hidden, f.Unsqueeze(last, -1)}, AttrInt("batch_dims", 1))
+}

@@ -1,0 +1,66 @@
+package build
+
+import (
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// Custom-op domains the Qualcomm toolchain recognises. Each op is shipped in
+// the model as a function with a reference body of standard ops, so ONNX
+// Runtime runs the same file the compiler consumes.
+const (
+	QualcommDomain = "com.qualcomm.cloud"
+	QTIDomain      = "com.qti.aisw.onnx"
+)
+
+// The custom-op functions are type-generic and have no compute-dtype
+// constants; the dtype given to their builders is never used.
+
+// CtxScatterFunc is CtxScatter(data [B,H,C,D], position_ids [B,S], updates
+// [B,H,S,D]) -> data with updates[b,h,s] written at row position_ids[b,s].
+// A position of -1 (padding) addresses the last row, which stays masked
+// until a real token is written there.
+func CtxScatterFunc() *onnxpb.FunctionProto {
+	f := NewFunc(QualcommDomain, "CtxScatter", Float32)
+	data, pos, updates := f.Input("data"), f.Input("position_ids"), f.Input("updates")
+	dataShape := f.Shape(data)
+	batch := f.Gather(dataShape, f.Int(0), 0)
+	heads := f.Gather(dataShape, f.Int(1), 0)
+	seq := f.Gather(f.Shape(pos), f.Int(1), 0)
+	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(seq, 0), f.Ints(1))
+	zero, one := f.Int(0), f.Int(1)
+	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(zero, batch, one), 1, 2, 3), expand})
+	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(zero, heads, one), 0, 2, 3), expand})
+	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(pos, 1, 3), expand})
+	indices := f.Concat(3, batchIdx, headIdx, ctxIdx)
+	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
+	return f.Proto()
+}
+
+// CtxGatherFunc is CtxGather(data [B,H,C,D], ctx_indices [B,1,L],
+// comp_ctx_len scalar L) -> [B,H,L,D], the cache rows at ctx_indices.
+func CtxGatherFunc() *onnxpb.FunctionProto {
+	f := NewFunc(QualcommDomain, "CtxGather", Float32)
+	data, indices, length := f.Input("data"), f.Input("ctx_indices"), f.Input("comp_ctx_len")
+	batchHeads := f.Op("Shape", []Value{data}, AttrInt("end", 2))
+	shape := f.Concat(0, batchHeads, f.Reshape(length, 1))
+	expanded := f.Unsqueeze(f.Op("Expand", []Value{indices, shape}), -1)
+	f.Output("output", f.Op("GatherND", []Value{data, expanded}, AttrInt("batch_dims", 2)))
+	return f.Proto()
+}
+
+// CustomRMSNormFunc is CustomRMSNorm(hidden_states, weight; epsilon):
+// hidden_states * rsqrt(mean(hidden_states², -1) + epsilon), computed in
+// float32 and cast back before the weight multiplies it, as transformers'
+// Llama-style RMSNorm does.
+func CustomRMSNormFunc() *onnxpb.FunctionProto {
+	f := NewFunc(QTIDomain, "CustomRMSNorm", Float32)
+	x, w := f.Input("hidden_states"), f.Input("weight")
+	f.Attribute("epsilon")
+	x32 := f.Cast(x, Float32)
+	variance := f.ReduceMean(f.Mul(x32, x32), true, -1)
+	eps := f.Op("Constant", nil, AttrRef("value_float", onnxpb.AttributeProto_FLOAT, "epsilon"))
+	inv := f.Op("Reciprocal", []Value{f.Op("Sqrt", []Value{f.Add(variance, eps)})})
+	normed := f.CastLike(f.Mul(x32, inv), x)
+	f.Output("output", f.Mul(f.CastLike(w, x), normed))
+	return f.Proto()
+}

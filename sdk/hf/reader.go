@@ -1,0 +1,49 @@
+package hf
+
+// Reader reads many fields and keeps the first error, so a plugin's config
+// parsing is a list of assignments followed by one check of Err.
+type Reader struct {
+	Config Config
+	Err    error
+}
+
+func (r *Reader) keep(err error) {
+	if r.Err == nil {
+		r.Err = err
+	}
+}
+
+// Int is a required integer.
+func (r *Reader) Int(key string) int {
+	v, err := r.Config.Int(key)
+	r.keep(err)
+	return v
+}
+
+// IntOr is an optional integer.
+func (r *Reader) IntOr(key string, def int) int {
+	v, err := r.Config.IntOr(key, def)
+	r.keep(err)
+	return v
+}
+
+// FloatOr is an optional number.
+func (r *Reader) FloatOr(key string, def float64) float64 {
+	v, err := r.Config.FloatOr(key, def)
+	r.keep(err)
+	return v
+}
+
+// BoolOr is an optional boolean.
+func (r *Reader) BoolOr(key string, def bool) bool {
+	v, err := r.Config.BoolOr(key, def)
+	r.keep(err)
+	return v
+}
+
+// StringOr is an optional string.
+func (r *Reader) StringOr(key, def string) string {
+	v, err := r.Config.StringOr(key, def)
+	r.keep(err)
+	return v
+}

@@ -1,0 +1,70 @@
+package sdk
+
+import (
+	"fmt"
+	"slices"
+
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// Inventory indexes a checkpoint's tensor list for a plugin's checks.
+type Inventory map[string]*pb.TensorInfo
+
+// NewInventory indexes the tensors of a request's model.
+func NewInventory(m *pb.Model) Inventory {
+	inv := make(Inventory, len(m.GetTensors()))
+	for _, t := range m.GetTensors() {
+		inv[t.Key] = t
+	}
+	return inv
+}
+
+// Has reports whether the checkpoint holds key.
+func (inv Inventory) Has(key string) bool {
+	_, ok := inv[key]
+	return ok
+}
+
+// Expect checks that key exists with the shape the config implies; the
+// error names the tensor and both shapes.
+func (inv Inventory) Expect(key string, shape ...int64) error {
+	t, ok := inv[key]
+	if !ok {
+		return fmt.Errorf("tensor %s is missing from the checkpoint", key)
+	}
+	if !slices.Equal(t.Shape, shape) {
+		return fmt.Errorf("tensor %s has shape %v, but config.json implies %v", key, t.Shape, shape)
+	}
+	return nil
+}
+
+// ExpectAll checks every key → shape and reports the first few problems.
+func (inv Inventory) ExpectAll(want []ExpectedTensor) error {
+	var errs []error
+	for _, w := range want {
+		if err := inv.Expect(w.Key, w.Shape...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinFirst(errs, 5)
+}
+
+// ExpectedTensor is one tensor a plugin will bind.
+type ExpectedTensor struct {
+	Key   string
+	Shape []int64
+}
+
+func joinFirst(errs []error, n int) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msg := errs[0].Error()
+	for _, e := range errs[1:min(n, len(errs))] {
+		msg += "; " + e.Error()
+	}
+	if len(errs) > n {
+		msg += fmt.Sprintf("; and %d more", len(errs)-n)
+	}
+	return fmt.Errorf("%s", msg)
+}

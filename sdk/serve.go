@@ -1,0 +1,43 @@
+package sdk
+
+import (
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// Serve runs impl as a strata plugin until the host stops it. It never
+// returns. Run by hand, the binary explains that strata starts it.
+//
+// Logs go to stderr through hclog (the host shows them with --verbose);
+// nothing may write to stdout, where go-plugin's handshake lives.
+func Serve(impl Architecture) {
+	logger := hclog.New(&hclog.LoggerOptions{
+		Output:     os.Stderr,
+		JSONFormat: true,
+		Level:      hclog.Trace,
+	})
+	hclog.SetDefault(logger)
+	go exitWithParent(os.Getppid(), time.Second)
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		VersionedPlugins: map[int]plugin.PluginSet{
+			ProtocolVersion: {PluginName: &GRPCPlugin{Impl: impl}},
+		},
+		GRPCServer: newGRPCServer,
+		Logger:     logger,
+	})
+	os.Exit(0)
+}
+
+// exitWithParent ends the plugin when the host that started it is gone (it
+// was SIGKILLed, or crashed), so no plugin process outlives its host.
+func exitWithParent(parent int, every time.Duration) {
+	for range time.Tick(every) {
+		if os.Getppid() != parent {
+			os.Exit(3)
+		}
+	}
+}
