@@ -7,8 +7,10 @@ import (
 )
 
 // interspersed moves a subcommand's flags ahead of its positional arguments,
-// so `strata export MODEL --out DIR` works: urfave/cli v2 stops reading
-// flags at the first positional argument. Everything after "--" stays put.
+// so `strata export MODEL --out DIR` works (urfave/cli v2 stops reading
+// flags at the first positional argument), and global flags written after
+// the subcommand (`strata export ... --plugin-dir D`) back before it.
+// Everything after "--" stays put.
 func interspersed(app *cli.App, args []string) []string {
 	out := []string{args[0]}
 	i := 1
@@ -25,10 +27,10 @@ func interspersed(app *cli.App, args []string) []string {
 		return out
 	}
 	cmd := app.Command(args[i])
-	out = append(out, args[i])
+	name := args[i]
 	i++
 	if cmd == nil {
-		return append(out, args[i:]...)
+		return append(append(out, name), args[i:]...)
 	}
 	var flags, positional []string
 	for ; i < len(args); i++ {
@@ -37,6 +39,12 @@ func interspersed(app *cli.App, args []string) []string {
 		case a == "--":
 			positional = append(positional, args[i:]...)
 			i = len(args)
+		case strings.HasPrefix(a, "-") && a != "-" && isFlag(app.Flags, a) && !isFlag(cmd.Flags, a):
+			out = append(out, a)
+			if takesValue(app.Flags, a) && i+1 < len(args) {
+				out = append(out, args[i+1])
+				i++
+			}
 		case strings.HasPrefix(a, "-") && a != "-":
 			flags = append(flags, a)
 			if takesValue(cmd.Flags, a) && i+1 < len(args) {
@@ -47,7 +55,25 @@ func interspersed(app *cli.App, args []string) []string {
 			positional = append(positional, a)
 		}
 	}
+	out = append(out, name)
 	return append(append(out, flags...), positional...)
+}
+
+// isFlag reports whether arg names one of flags.
+func isFlag(flags []cli.Flag, arg string) bool {
+	return lookup(flags, arg) != nil
+}
+
+func lookup(flags []cli.Flag, arg string) cli.Flag {
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
 }
 
 // takesValue reports whether arg names a flag that needs a separate value
@@ -56,14 +82,7 @@ func takesValue(flags []cli.Flag, arg string) bool {
 	if strings.Contains(arg, "=") {
 		return false
 	}
-	name := strings.TrimLeft(arg, "-")
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n == name {
-				_, isBool := f.(*cli.BoolFlag)
-				return !isBool
-			}
-		}
-	}
-	return false
+	f := lookup(flags, arg)
+	_, isBool := f.(*cli.BoolFlag)
+	return f != nil && !isBool
 }

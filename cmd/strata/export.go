@@ -46,8 +46,8 @@ func exportCommand() *cli.Command {
 			}
 			fmt.Fprintf(c.App.Writer, "exported %s with plugin %s %s: %d layers, %s parameters, compute %s\n",
 				ckpt.ModelType, p.Desc.GetName(), p.Desc.GetVersion(), len(res.Plan.GetLayers()), human(res.Parameters, ""), res.Spec.ComputeDType)
-			fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %d shards, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
-				res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), len(res.Spec.Files),
+			fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
+				res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "shard"),
 				linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
 			return nil
 		},
@@ -63,4 +63,11 @@ func linkVerb(mode string) string {
 	default:
 		return "hard-linked"
 	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

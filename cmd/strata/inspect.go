@@ -152,7 +152,7 @@ func (r inspectReport) print(w io.Writer) {
 		dts = append(dts, fmt.Sprintf("%s: %d tensors, %s params", d.DType, d.Tensors, human(d.Parameters, "")))
 	}
 	row("dtypes", strings.Join(dts, "; "))
-	row("shards", fmt.Sprintf("%d files, %s", len(r.Shards), human(r.Bytes, "B")))
+	row("shards", fmt.Sprintf("%s, %s", plural(len(r.Shards), "file"), human(r.Bytes, "B")))
 	for _, s := range r.Shards {
 		row("", fmt.Sprintf("%s (%s, %d tensors)", s.Name, human(s.Bytes, "B"), s.Tensors))
 	}

@@ -157,15 +157,21 @@ func checkRelative(name string) error {
 
 func (c *Checkpoint) noWeightsError() error {
 	entries, _ := os.ReadDir(c.Dir)
-	var found []string
+	var torch, shards []string
 	for _, e := range entries {
-		if n := e.Name(); strings.HasSuffix(n, ".bin") || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".pt") {
-			found = append(found, n)
+		switch n := e.Name(); {
+		case strings.HasSuffix(n, ".bin") || strings.HasSuffix(n, ".pt") || strings.HasSuffix(n, ".pth"):
+			torch = append(torch, n)
+		case strings.HasSuffix(n, ".safetensors"):
+			shards = append(shards, n)
 		}
 	}
 	msg := fmt.Sprintf("%s: no %s and no %s", c.Dir, singleFile, indexFile)
-	if len(found) > 0 {
-		msg += fmt.Sprintf(" (found %s; PyTorch .bin checkpoints must be converted to safetensors first)", strings.Join(found, ", "))
+	switch {
+	case len(shards) > 0:
+		msg += fmt.Sprintf(" naming the shards (found %s); a sharded checkpoint needs its index", strings.Join(shards, ", "))
+	case len(torch) > 0:
+		msg += fmt.Sprintf(" (found %s; PyTorch checkpoints must be converted to safetensors first)", strings.Join(torch, ", "))
 	}
 	return errors.New(msg)
 }

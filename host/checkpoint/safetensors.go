@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 
@@ -15,6 +16,10 @@ import (
 // maxHeaderBytes bounds a safetensors header; real ones are well under 10 MB
 // even for 36k-tensor MoE shards. A larger length means a corrupt file.
 const maxHeaderBytes = 100 << 20
+
+// maxElements keeps elements × bits per element (at most 64) inside int64,
+// so a corrupt shape cannot wrap around to match a small data span.
+const maxElements = math.MaxInt64 / 64
 
 // Tensor is one tensor of a checkpoint, located to the byte.
 type Tensor struct {
@@ -141,6 +146,9 @@ func parseEntry(key string, msg json.RawMessage, sh Shard, dataBytes int64) (Ten
 			return Tensor{}, fmt.Errorf("tensor %s: negative dimension in shape %v", key, e.Shape)
 		}
 	}
+	if !fitsInt64(e.Shape) {
+		return Tensor{}, fmt.Errorf("tensor %s: shape %v has too many elements: the header is corrupt", key, e.Shape)
+	}
 	if begin < 0 || end < begin {
 		return Tensor{}, fmt.Errorf("tensor %s: invalid data_offsets [%d, %d]", key, begin, end)
 	}
@@ -153,14 +161,32 @@ func parseEntry(key string, msg json.RawMessage, sh Shard, dataBytes int64) (Ten
 	return t, nil
 }
 
+// fitsInt64 reports whether shape's size in bits, at up to 64 bits per
+// element, fits in int64.
+func fitsInt64(shape []int64) bool {
+	n := int64(1)
+	for _, d := range shape {
+		if d != 0 && n > maxElements/d {
+			return false
+		}
+		n *= d
+	}
+	return true
+}
+
 func checkOverlaps(ts []Tensor) error {
 	byOffset := make([]Tensor, len(ts))
 	copy(byOffset, ts)
 	sort.Slice(byOffset, func(i, j int) bool { return byOffset[i].Offset < byOffset[j].Offset })
-	for i := 1; i < len(byOffset); i++ {
-		prev, cur := byOffset[i-1], byOffset[i]
-		if cur.Length > 0 && cur.Offset < prev.Offset+prev.Length {
-			return fmt.Errorf("tensors %s and %s overlap in the file: the header is corrupt", prev.Key, cur.Key)
+	// Compare with the tensor reaching furthest so far, not the previous
+	// one: an empty tensor in between must not hide an overlap.
+	var reach Tensor
+	for _, cur := range byOffset {
+		if cur.Length > 0 && cur.Offset < reach.Offset+reach.Length {
+			return fmt.Errorf("tensors %s and %s overlap in the file: the header is corrupt", reach.Key, cur.Key)
+		}
+		if cur.Offset+cur.Length > reach.Offset+reach.Length {
+			reach = cur
 		}
 	}
 	return nil

@@ -12,10 +12,16 @@ const maskedScore = -65504
 // compiler rejects Range with a non-constant limit inside functions, which
 // is why none of this lives in a layer.
 
+// CacheSlots is 0..C-1 shaped [1,1,C], C the context length (axis 2) of a
+// KV cache input.
+func CacheSlots(f *Func, cache Value) Value {
+	slots := f.Range(f.Int(0), f.Dim(cache, 2), f.Int(1))
+	return f.Reshape(slots, 1, 1, -1)
+}
+
 // CausalMask is [B,1,S,C] bool, true where cache slot j is later than the
 // query's position (so padding queries, at -1, see nothing).
-func CausalMask(f *Func, positionIDs, cache Value) Value {
-	slots := cacheSlots(f, cache)                            // [1,1,C]
+func CausalMask(f *Func, positionIDs, slots Value) Value {
 	masked := f.Greater(slots, f.Unsqueeze(positionIDs, -1)) // [B,S,C]
 	return f.Unsqueeze(masked, 1)
 }
@@ -23,17 +29,10 @@ func CausalMask(f *Func, positionIDs, cache Value) Value {
 // CacheReadIndices are the cache rows each batch row reads, [B,1,C] int64,
 // and which of them lie past the row's last position, [B,1,C,1] bool. Rows
 // past it read slot 0 (never out of range) and their values are zeroed.
-func CacheReadIndices(f *Func, positionIDs, cache Value) (indices, invalid Value) {
-	slots := cacheSlots(f, cache)
+func CacheReadIndices(f *Func, positionIDs, slots Value) (indices, invalid Value) {
 	last := f.Unsqueeze(f.ReduceMax(positionIDs, true, 1), -1) // [B,1,1]
 	beyond := f.Greater(slots, last)                           // [B,1,C]
 	return f.Where(beyond, f.Int(0), slots), f.Unsqueeze(beyond, -1)
-}
-
-// cacheSlots is 0..C-1 shaped [1,1,C], C the cache's context length (axis 2).
-func cacheSlots(f *Func, cache Value) Value {
-	slots := f.Range(f.Int(0), f.Dim(cache, 2), f.Int(1))
-	return f.Reshape(slots, 1, 1, -1)
 }
 
 // AttentionContext is what a layer's attention takes from the model level.

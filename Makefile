@@ -1,0 +1,66 @@
+# strata: build, demo, tests. `make demo` and `make test` are all a fresh clone needs.
+GO      ?= go
+PYTHON  ?= python3
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+PLUGINS := $(notdir $(wildcard plugins/*))
+TESTENV := .venv/test
+GENENV  := .venv/gen
+TOOLENV := .venv/tools
+
+.PHONY: all build demo test test-go test-conformance lint fixtures proto clean
+
+all: build
+
+# The host and every plugin, into bin/ (plugins are found next to strata).
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/strata ./cmd/strata
+	$(GO) build -o bin/strata-headeronly ./cmd/strata-headeronly
+	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
+		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
+
+# Export the tiny Llama in examples/, greedy-decode it with ONNX Runtime,
+# compare with transformers.
+demo: build $(TESTENV)/.installed
+	$(TESTENV)/bin/python examples/demo.py
+
+# Everything CI runs: lint, Go tests, and the conformance suite against ONNX Runtime.
+test: lint test-go test-conformance
+
+lint:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test-go:
+	$(GO) test ./...
+
+test-conformance: build $(TESTENV)/.installed
+	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA
+
+$(TESTENV)/.installed: conformance/requirements-test.txt
+	$(PYTHON) -m venv $(TESTENV)
+	$(TESTENV)/bin/pip install -q --disable-pip-version-check -r $<
+	touch $@
+
+# Regenerate the conformance fixtures and the demo model with transformers.
+fixtures: $(GENENV)/.installed
+	cd conformance && ../$(GENENV)/bin/python generate.py
+
+$(GENENV)/.installed: conformance/requirements-gen.txt
+	$(PYTHON) -m venv $(GENENV)
+	$(GENENV)/bin/pip install -q --disable-pip-version-check -r $<
+	touch $@
+
+# Regenerate sdk/onnx and sdk/proto Go code from the .proto files.
+proto: $(TOOLENV)/.installed
+	sdk/proto/generate.sh
+
+$(TOOLENV)/.installed:
+	$(PYTHON) -m venv $(TOOLENV)
+	$(TOOLENV)/bin/pip install -q --disable-pip-version-check grpcio-tools==1.85.1
+	GOBIN=$(CURDIR)/$(TOOLENV)/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(CURDIR)/$(TOOLENV)/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	touch $@
+
+clean:
+	rm -rf bin out

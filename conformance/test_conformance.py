@@ -1,0 +1,162 @@
+"""The oracle: strata's exports, run by ONNX Runtime, must reproduce the
+logits Hugging Face transformers recorded for each fixture (see generate.py),
+prefill and decode. Also checks the ONNX files with onnx's full checker and
+that weights are referenced in the checkpoint, never copied.
+
+Needs bin/strata and its plugins (make build) and the packages in
+requirements-test.txt. A missing binary or fixture fails; nothing is skipped.
+"""
+
+import json
+import os
+import struct
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ortrun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIXTURES_DIR = os.path.join(HERE, "fixtures")
+STRATA = os.environ.get("STRATA", os.path.join(ROOT, "bin", "strata"))
+
+# transformers runs these fixtures in float32 (bf16 checkpoints upcast); the
+# export computes in float32 too, so only summation order differs.
+TOLERANCE = 1e-4
+
+with open(os.path.join(FIXTURES_DIR, "manifest.json")) as f:
+    FIXTURES = json.load(f)["fixtures"]
+
+
+class Fixture:
+    def __init__(self, name):
+        self.dir = os.path.join(FIXTURES_DIR, name)
+        if not os.path.isdir(self.dir):
+            pytest.fail(f"fixture {name} is listed in manifest.json but {self.dir} is missing; run `make fixtures`")
+        self.model = os.path.join(self.dir, "model")
+        with open(os.path.join(self.dir, "fixture.json")) as f:
+            self.meta = json.load(f)
+        self.ref = np.load(os.path.join(self.dir, "reference.npz"))
+
+    def run(self, model_path):
+        sess = ortrun.session(model_path)
+        return ortrun.run(sess, self.ref["prompts"], self.ref["prompt_lengths"], self.ref["decode_tokens"],
+                          self.meta["ctx_len"])
+
+
+def export(model_dir, out, *args):
+    if not os.access(STRATA, os.X_OK):
+        pytest.fail(f"{STRATA} is missing: build it first (make build)")
+    proc = subprocess.run([STRATA, "export", model_dir, "--out", str(out), *args], capture_output=True, text=True)
+    assert proc.returncode == 0, f"strata export failed:\n{proc.stderr}"
+    with open(os.path.join(out, "weight_spec.json")) as f:
+        return json.load(f)
+
+
+def max_diff_per_step(got, want):
+    assert got.shape == want.shape, f"logits shape {got.shape}, reference {want.shape}"
+    return np.abs(got - want).max(axis=(1, 2))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_logits_match_transformers(name, tmp_path):
+    fx = Fixture(name)
+    export(fx.model, tmp_path / "out")
+    diffs = max_diff_per_step(fx.run(str(tmp_path / "out" / "model.onnx")), fx.ref["logits"])
+    report = ", ".join(f"{'prefill' if i == 0 else f'decode {i}'} {d:.2e}" for i, d in enumerate(diffs))
+    print(f"{name}: max |Δlogits| {report}")
+    assert diffs.max() <= TOLERANCE, f"{name}: logits differ from transformers: {report}"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_onnx_full_check(name, tmp_path):
+    """onnx's checker with shape inference. onnx refuses external data files
+    with several hard links (a guard against hard-link attacks), so this runs
+    on an export made with --link copy, the documented way to hand strata's
+    output to onnx tooling; the graph is the same."""
+    fx = Fixture(name)
+    out = tmp_path / "out"
+    export(fx.model, out, "--link", "copy")
+    path = str(out / "model.onnx")
+    onnx.checker.check_model(path, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False), strict_mode=True)
+    logits = next(o for o in inferred.graph.output if o.name == "logits")
+    assert [d.dim_value or d.dim_param for d in logits.type.tensor_type.shape.dim] == ["batch_size", 1, 128]
+    np.testing.assert_allclose(fx.run(path), fx.ref["logits"], atol=TOLERANCE, rtol=0)
+
+
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return 8 + n, json.loads(f.read(n))
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_weights_referenced_in_place(name, tmp_path):
+    """Every initializer is external data pointing at the exact bytes of its
+    tensor in the checkpoint shard, reached through a hard link: same inode,
+    nothing copied. Offsets are re-derived here from the shard headers."""
+    fx = Fixture(name)
+    out = tmp_path / "out"
+    spec = export(fx.model, out)
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert model.graph.initializer, "no initializers"
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert json.loads(meta["strata.weight_spec"]) == spec
+    files = {f["path"]: f for f in spec["files"]}
+    for init in model.graph.initializer:
+        assert init.data_location == onnx.TensorProto.EXTERNAL, f"{init.name} is stored in the model"
+        ext = {e.key: e.value for e in init.external_data}
+        linked = out / ext["location"]
+        source = os.path.join(fx.model, files[ext["location"]]["source"])
+        assert os.path.samefile(linked, source), f"{linked} is not a hard link to {source}"
+        start, header = safetensors_header(source)
+        begin, end = header[init.name]["data_offsets"]
+        assert (int(ext["offset"]), int(ext["length"])) == (start + begin, end - begin), init.name
+        assert list(init.dims) == header[init.name]["shape"]
+    names = {w["initializer"] for w in spec["weights"]}
+    assert names == {i.name for i in model.graph.initializer}
+
+
+def test_float16_compute(tmp_path):
+    """--dtype float16 computes in half precision (weights cast in-graph,
+    norms and softmax in float32), so the tolerance is relative to the logits'
+    scale: 1% of the largest reference logit (measured: 0.3%)."""
+    for name in ["llama-f32-base", "llama-bf16-gqa2"]:
+        fx = Fixture(name)
+        out = tmp_path / name
+        spec = export(fx.model, out, "--dtype", "float16")
+        assert spec["compute_dtype"] == "float16"
+        sess = ortrun.session(str(out / "model.onnx"))
+        assert sess.get_inputs()[2].type == "tensor(float16)"
+        diffs = max_diff_per_step(fx.run(str(out / "model.onnx")), fx.ref["logits"])
+        scale = np.abs(fx.ref["logits"]).max()
+        print(f"{name} float16: max |Δlogits| {diffs.max():.3e} of scale {scale:.2f}")
+        assert diffs.max() <= 0.01 * scale
+
+
+def test_symlinked_data_refused_by_onnxruntime(tmp_path):
+    """Why strata hard-links by default: ONNX Runtime refuses external data
+    that resolves outside the model's directory, which a symlink does."""
+    fx = Fixture(FIXTURES[0])
+    out = tmp_path / "out"
+    export(fx.model, out, "--link", "symlink")
+    with pytest.raises(Exception, match="(?i)outside|escape|external"):
+        ortrun.session(str(out / "model.onnx"))
+
+
+def test_demo_greedy_matches_transformers(tmp_path):
+    """The shipped demo model: greedy tokens from strata + ONNX Runtime equal
+    transformers' greedy generate."""
+    demo = os.path.join(ROOT, "examples", "tiny-llama")
+    ref = np.load(os.path.join(demo, "reference.npz"))
+    with open(os.path.join(demo, "fixture.json")) as f:
+        meta = json.load(f)
+    export(os.path.join(demo, "model"), tmp_path / "out")
+    sess = ortrun.session(str(tmp_path / "out" / "model.onnx"))
+    got = ortrun.greedy(sess, ref["prompts"], ref["prompt_lengths"], meta["greedy_tokens"], meta["ctx_len"])
+    np.testing.assert_array_equal(got, ref["greedy"])

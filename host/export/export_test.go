@@ -1,0 +1,103 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/internal/headeronly"
+	"github.com/strata-llm/strata/internal/testbin"
+)
+
+var llama *plugins.Plugin
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "strata-export-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if _, err := testbin.Build(dir, "strata-plugin-llama", "./plugins/llama"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	reg := plugins.Load(context.Background(), []plugins.SearchDir{{Dir: dir, Source: "test"}}, plugins.Options{Timeout: time.Minute})
+	defer reg.Close()
+	if llama, err = reg.For("llama"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// A header-only Llama-3.1-8B (real config, real shard split, data regions
+// sparse holes) exports reading config, index and headers only.
+func TestHeaderOnlyLlama8BReadsNoTensorData(t *testing.T) {
+	config, err := os.ReadFile(filepath.Join(testbin.Root(), "bench", "configs", "llama-3.1-8b", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := headeronly.LlamaTensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	st, err := headeronly.Write(src, config, tensors, 5_000_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ckpt, err := checkpoint.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), llama, ckpt, Options{Out: filepath.Join(t.TempDir(), "out"), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, _ := os.Stat(filepath.Join(src, "model.safetensors.index.json"))
+	if want := int64(len(config)) + index.Size() + st.HeaderBytes; ckpt.BytesRead != want {
+		t.Errorf("read %d bytes of the checkpoint, want exactly config+index+headers = %d", ckpt.BytesRead, want)
+	}
+	if len(res.Spec.Weights) != len(tensors) || len(res.Spec.Files) != st.Shards || res.Parameters != 8_030_261_248 {
+		t.Errorf("%d weights in %d files, %d parameters; want %d in %d, 8030261248",
+			len(res.Spec.Weights), len(res.Spec.Files), res.Parameters, len(tensors), st.Shards)
+	}
+	t.Logf("Llama-3.1-8B header-only: %s, model.onnx %d bytes, read %d bytes", time.Since(start), res.ModelBytes, ckpt.BytesRead)
+}
+
+// The same export twice gives the same bytes.
+func TestExportIsByteIdentical(t *testing.T) {
+	ckpt, err := checkpoint.Open(filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs [2][]byte
+	for i := range outs {
+		out := filepath.Join(t.TempDir(), "out")
+		if _, err := Run(context.Background(), llama, ckpt, Options{Out: out, Version: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		model, err := os.ReadFile(filepath.Join(out, ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := os.ReadFile(filepath.Join(out, SpecFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = append(model, spec...)
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		t.Error("two exports of one checkpoint differ")
+	}
+}

@@ -1,0 +1,67 @@
+// Command fakeplugin is a misbehaving strata plugin for the host's tests.
+// Installed as strata-plugin-fake-<mode>, it claims model_type llama and:
+//
+//	crash-on-start  exits before the handshake
+//	stdout          prints to stdout before the handshake
+//	crash-on-plan   dies in the middle of Plan
+//	hang-on-plan    never answers Plan
+//	protocol-2      claims plugin protocol 2 in Describe
+//	refuse          says the checkpoint is unsupported, with a reason
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/strata-llm/strata/sdk"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+func main() {
+	mode := strings.TrimPrefix(filepath.Base(os.Args[0]), "strata-plugin-fake-")
+	switch mode {
+	case "crash-on-start":
+		fmt.Fprintln(os.Stderr, "fake plugin: crashing on start")
+		os.Exit(1)
+	case "stdout":
+		fmt.Println("hello from a plugin that writes to stdout")
+	}
+	sdk.Serve(fake{mode: mode})
+}
+
+type fake struct{ mode string }
+
+func (f fake) Describe(context.Context) (*pb.DescribeResponse, error) {
+	protocol := int32(sdk.ProtocolVersion)
+	if f.mode == "protocol-2" {
+		protocol = 2
+	}
+	return &pb.DescribeResponse{
+		Name: "fake-" + f.mode, Version: "0.0.1", ProtocolVersion: protocol,
+		Architectures: []*pb.ArchitectureSupport{{ModelType: "llama", Capabilities: &pb.Capabilities{LayerwiseReason: "fake"}}},
+	}, nil
+}
+
+func (f fake) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {
+	if f.mode == "refuse" {
+		return &pb.CheckResponse{Reasons: []string{"the fake plugin refuses every checkpoint"}}, nil
+	}
+	return &pb.CheckResponse{Supported: true}, nil
+}
+
+func (f fake) Plan(ctx context.Context, _ *pb.PlanRequest) (*pb.PlanResponse, error) {
+	switch f.mode {
+	case "crash-on-plan":
+		os.Exit(7)
+	case "hang-on-plan":
+		select {} // never answers, whatever the host does
+	}
+	return nil, fmt.Errorf("the fake plugin cannot plan")
+}
+
+func (f fake) Build(context.Context, *pb.BuildRequest) (*pb.BuildResponse, error) {
+	return nil, fmt.Errorf("the fake plugin cannot build")
+}

@@ -1,0 +1,75 @@
+// Package testbin builds strata's binaries for tests that need real
+// processes: the host, its plugins, and misbehaving fakes.
+package testbin
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// Root is the repository root, found from this file's location.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Build compiles the package at pkg (relative to the repository root, e.g.
+// "./plugins/llama") into dir/name.
+func Build(dir, name, pkg string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = Root()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
+	}
+	return out, nil
+}
+
+// FakePlugins installs the fake plugin as dir/<mode>/strata-plugin-fake-<mode>
+// for each mode (hard links to one build), so a test can point --plugin-dir
+// at exactly one misbehaving plugin. It returns mode -> directory.
+func FakePlugins(dir string, modes ...string) (map[string]string, error) {
+	bin, err := Build(dir, "fakeplugin", "./internal/fakeplugin")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(bin)
+	dirs := map[string]string{}
+	for _, m := range modes {
+		d := filepath.Join(dir, m)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Link(bin, filepath.Join(d, "strata-plugin-fake-"+m)); err != nil {
+			return nil, err
+		}
+		dirs[m] = d
+	}
+	return dirs, nil
+}
+
+// Processes lists the pids of running processes whose command line mentions
+// path: used to prove no plugin outlives its host.
+func Processes(path string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && containsPath(cmdline, path) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func containsPath(cmdline []byte, path string) bool {
+	return path != "" && bytes.Contains(cmdline, []byte(path))
+}
