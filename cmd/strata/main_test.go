@@ -343,14 +343,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 		"header length past end of file": {
 			model: func(t *testing.T) string {
 				d := copyDir(t, tinyLlama)
-				f, err := os.OpenFile(filepath.Join(d, "model.safetensors"), os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				if _, err := f.WriteAt([]byte{0xff, 0xff, 0xff, 0x00, 0, 0, 0, 0}, 0); err != nil {
-					t.Fatal(err)
-				}
+				overwrite(t, filepath.Join(d, "model.safetensors"), 0, []byte{0xff, 0xff, 0xff, 0x00, 0, 0, 0, 0})
 				return d
 			},
 			wantErr: []string{"model.safetensors", "header length", "past the end"},
@@ -358,14 +351,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 		"invalid header JSON": {
 			model: func(t *testing.T) string {
 				d := copyDir(t, tinyLlama)
-				f, err := os.OpenFile(filepath.Join(d, "model.safetensors"), os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				if _, err := f.WriteAt([]byte("{oops"), 8); err != nil {
-					t.Fatal(err)
-				}
+				overwrite(t, filepath.Join(d, "model.safetensors"), 8, []byte("{oops"))
 				return d
 			},
 			wantErr: []string{"model.safetensors", "invalid header JSON"},
@@ -425,8 +411,24 @@ func TestExportRejectsBadInput(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
 				t.Error("a model.onnx was written although the export failed")
 			}
+			if _, err := os.Stat(out); tc.out == nil && err == nil {
+				t.Error("the output directory this export created is still there after it failed")
+			}
 			requireNoProcesses(t, llamaDir)
 		})
+	}
+}
+
+// overwrite replaces bytes of path at offset.
+func overwrite(t *testing.T, path string, offset int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, offset); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -585,5 +587,61 @@ func TestFirstPluginFoundWins(t *testing.T) {
 		"--plugin-dir", fakeDirs["refuse"], "--plugin-dir", llamaDir)
 	if code == 0 || !strings.Contains(errOut, "refuses every checkpoint") {
 		t.Errorf("export did not use the first plugin found: exit %d\n%s", code, errOut)
+	}
+}
+
+// onSmallFilesystem runs strata export with --out on a fresh tmpfs of the
+// given size, in a user+mount namespace (no root needed), and lists what the
+// failed export left there.
+func onSmallFilesystem(t *testing.T, size string, args ...string) (code int, stderr, leftovers string) {
+	t.Helper()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Fatalf("this test needs util-linux's unshare: %v", err)
+	}
+	mnt := t.TempDir()
+	script := `mount -t tmpfs -o size="$1" tmpfs "$2" || exit 99
+"$3" export "$4" --out "$2/out" --plugin-dir "$5" "${@:6}"; code=$?
+echo "left:"; ls -A "$2/out" 2>/dev/null; exit $code`
+	cmd := exec.Command("unshare", append([]string{"-rm", "bash", "-c", script, "bash", size, mnt, strataBin, tinyLlama, llamaDir}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if code = cmd.ProcessState.ExitCode(); code == 99 {
+		t.Fatalf("cannot mount a tmpfs in a user namespace: %s", errOut.String())
+	}
+	_, left, _ := strings.Cut(out.String(), "left:\n")
+	return code, errOut.String(), left
+}
+
+func TestOutputOnAnotherFilesystem(t *testing.T) {
+	code, stderr, left := onSmallFilesystem(t, "4m")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, stderr)
+	}
+	for _, want := range []string{"cannot hard-link", "different filesystems", "--link copy", "--link symlink"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("error lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.TrimSpace(left) != "" {
+		t.Errorf("the failed export left %q", left)
+	}
+	// The documented fallback works there.
+	if code, stderr, _ := onSmallFilesystem(t, "4m", "--link", "copy"); code != 0 {
+		t.Errorf("--link copy on another filesystem: exit %d\n%s", code, stderr)
+	}
+}
+
+func TestFullDisk(t *testing.T) {
+	code, stderr, left := onSmallFilesystem(t, "64k", "--link", "copy")
+	if code != 1 || !strings.Contains(stderr, "no space left on device") {
+		t.Fatalf("exit %d, want 1 with ENOSPC named:\n%s", code, stderr)
+	}
+	if strings.Contains(left, "model.onnx") || strings.TrimSpace(left) != "" {
+		t.Errorf("the failed export left %q", left)
 	}
 }

@@ -48,7 +48,7 @@ type Result struct {
 // has been built in memory; then the shards are linked, the spec written,
 // and model.onnx renamed into place last, so a model.onnx present is always
 // complete.
-func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts Options) (*Result, error) {
+func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts Options) (res *Result, err error) {
 	compute, err := dtype.ParseCompute(opts.ComputeDType)
 	if err != nil {
 		return nil, err
@@ -63,6 +63,11 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			out.discard()
+		}
+	}()
 	ps, err := buildParts(ctx, p, Model(ckpt), &pb.ExportOptions{ComputeDtype: dtype.Name(compute)})
 	if err != nil {
 		return nil, err

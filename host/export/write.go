@@ -13,7 +13,10 @@ import (
 )
 
 // outDir is a validated, writable output directory.
-type outDir struct{ dir string }
+type outDir struct {
+	dir     string
+	created bool // by this export: removed again if the export fails
+}
 
 func (o outDir) path(name string) string { return filepath.Join(o.dir, filepath.FromSlash(name)) }
 
@@ -29,6 +32,8 @@ func prepareOut(dir string) (outDir, error) {
 	if dir == "" {
 		return outDir{}, errors.New("no output directory: pass --out DIR")
 	}
+	_, statErr := os.Stat(dir)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return outDir{}, fmt.Errorf("output directory %s cannot be created: %w", dir, err)
 	}
@@ -48,7 +53,15 @@ func prepareOut(dir string) (outDir, error) {
 	}
 	probe.Close()
 	os.Remove(probe.Name())
-	return outDir{dir: dir}, nil
+	return outDir{dir: dir, created: created}, nil
+}
+
+// discard removes the directory after a failed export if this export
+// created it: everything in it is then ours.
+func (o outDir) discard() {
+	if o.created {
+		os.RemoveAll(o.dir)
+	}
 }
 
 // write commits an export: the old model.onnx goes first (a model.onnx

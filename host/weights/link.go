@@ -92,7 +92,7 @@ func copyFile(src, dst string) error {
 	defer os.Remove(tmp.Name())
 	if _, err := io.Copy(tmp, in); err != nil {
 		tmp.Close()
-		return err
+		return fmt.Errorf("copying %s: %w", src, err)
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestInterspersed(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	cases := map[string]struct{ in, want string }{
+		"flags after the model":        {"export M --out D --dtype float16", "export --out D --dtype float16 M"},
+		"global flag after subcommand": {"export M --plugin-dir P --out D", "--plugin-dir P export --out D M"},
+		"global bool flag":             {"inspect M -v --json", "-v inspect --json M"},
+		"name=value form":              {"export M --out=D", "export --out=D M"},
+		"already in order":             {"-v export --out D M", "-v export --out D M"},
+		"after --":                     {"export M -- --out", "export M -- --out"},
+		"unknown command":              {"frobnicate --x M", "frobnicate --x M"},
+		"global flag before command":   {"--plugin-timeout 5s archs --json", "--plugin-timeout 5s archs --json"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := interspersed(app, append([]string{"strata"}, strings.Fields(tc.in)...))
+			if want := append([]string{"strata"}, strings.Fields(tc.want)...); !slices.Equal(got, want) {
+				t.Errorf("interspersed(%q) = %q, want %q", tc.in, got[1:], want[1:])
+			}
+		})
+	}
+}
