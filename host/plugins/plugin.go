@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/codes"
 
 	"github.com/strata-llm/strata/sdk"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -94,7 +95,9 @@ func (p *Plugin) call(ctx context.Context, what string, fn func(context.Context)
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() == context.DeadlineExceeded {
+	var rpc *sdk.RPCError
+	// gRPC's own deadline timer may fire a moment before the context's.
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &rpc) && rpc.Code == codes.DeadlineExceeded {
 		return fmt.Errorf("plugin %s: %s did not answer within %s (hung?); raise --plugin-timeout if the model is very large", p.Path, what, p.timeout)
 	}
 	return fmt.Errorf("plugin %s: %s: %w", p.Path, what, err)
