@@ -32,6 +32,8 @@ def prefill_positions(lengths, width):
 
 
 def step(sess, input_ids, position_ids, caches):
+    if isinstance(sess, Windows):
+        return sess.step(input_ids, position_ids, caches)
     names = [o.name for o in sess.get_outputs()]
     feeds = {"input_ids": input_ids, "position_ids": position_ids, **caches}
     outs = dict(zip(names, sess.run(names, feeds)))
@@ -65,3 +67,31 @@ def greedy(sess, prompts, lengths, n, ctx_len):
         logits, caches = step(sess, tokens[-1][:, None].astype(np.int64), pos, caches)
         tokens.append(logits[:, 0, :].argmax(-1))
     return np.stack(tokens, axis=1)
+
+
+class Windows:
+    """The window models of a layerwise export, run one after another like
+    one model: each window's hidden_states_out feeds the next window's
+    hidden_states; position_ids go to every window; each window has its own
+    layers' caches."""
+
+    def __init__(self, window_paths):
+        self.sessions = [session(p) for p in window_paths]
+
+    def get_inputs(self):
+        return [i for s in self.sessions for i in s.get_inputs() if i.name.startswith("past_")]
+
+    def step(self, input_ids, position_ids, caches):
+        hidden, retained = None, {}
+        for s in self.sessions:
+            names = [o.name for o in s.get_outputs()]
+            feeds = {i.name: caches[i.name] for i in s.get_inputs() if i.name.startswith("past_")}
+            feeds["position_ids"] = position_ids
+            if hidden is None:
+                feeds["input_ids"] = input_ids
+            else:
+                feeds["hidden_states"] = hidden
+            outs = dict(zip(names, s.run(names, feeds)))
+            hidden = outs.get("hidden_states_out")
+            retained.update({k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")})
+        return outs["logits"], retained

@@ -89,6 +89,57 @@ def test_onnx_full_check(name, tmp_path):
     np.testing.assert_allclose(fx.run(path), fx.ref["logits"], atol=TOLERANCE, rtol=0)
 
 
+def layer_count(fx):
+    with open(os.path.join(fx.model, "config.json")) as f:
+        return json.load(f)["num_hidden_layers"]
+
+
+def window_files(out):
+    """windows/window_<first>_<last>.onnx, in layer order."""
+    names = [n for n in os.listdir(out / "windows") if n.endswith(".onnx")]
+    return [str(out / "windows" / n) for n in sorted(names, key=lambda n: int(n.split("_")[1]))]
+
+
+@pytest.mark.parametrize("subfunctions", [False, True], ids=["inlined", "subfunctions"])
+@pytest.mark.parametrize("name", FIXTURES)
+def test_layerwise_matches_transformers(name, subfunctions, tmp_path):
+    """For every window size: the stitched model, and the window models run
+    one after another passing hidden states, both reproduce transformers."""
+    fx = Fixture(name)
+    layers = layer_count(fx)
+    for size in range(1, layers + 1):
+        out = tmp_path / f"window-{size}"
+        args = ["--layerwise", "--window-size", str(size), "--keep-windows"]
+        export(fx.model, out, *(args + ["--subfunctions"] if subfunctions else args))
+        files = window_files(out)
+        assert len(files) == -(-layers // size), files
+        stitched = max_diff_per_step(fx.run(str(out / "model.onnx")), fx.ref["logits"])
+        windows = max_diff_per_step(
+            ortrun.run(ortrun.Windows(files), fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"],
+                       fx.meta["ctx_len"]), fx.ref["logits"])
+        print(f"{name} window {size}: stitched {stitched.max():.2e}, windows in sequence {windows.max():.2e}")
+        assert stitched.max() <= TOLERANCE and windows.max() <= TOLERANCE
+
+
+def test_subfunctions_full_check(tmp_path):
+    """Decoder layers as local functions (calling the custom-op functions)
+    pass onnx's full check, and each layer kind is one function."""
+    fx = Fixture("llama-bf16-sharded")
+    out = tmp_path / "out"
+    export(fx.model, out, "--subfunctions", "--link", "copy")
+    path = str(out / "model.onnx")
+    onnx.checker.check_model(path, full_check=True)
+    model = onnx.load(path, load_external_data=False)
+    calls = [n for n in model.graph.node if n.domain == "strata.llama"]
+    assert [n.op_type for n in calls] == ["LlamaDecoderLayer"] * layer_count(fx)
+    assert sorted(f.name for f in model.functions) == ["CtxGather", "CtxScatter", "CustomRMSNorm", "LlamaDecoderLayer"]
+    for f in model.functions:
+        if f.name == "LlamaDecoderLayer":
+            ops = {n.op_type for n in f.node}
+            assert "Range" not in ops and "Expand" not in ops, f"the compiler rejects {ops & {'Range', 'Expand'}} in functions"
+    np.testing.assert_allclose(fx.run(path), fx.ref["logits"], atol=TOLERANCE, rtol=0)
+
+
 def safetensors_header(path):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
 )
 
@@ -21,6 +24,11 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
 			&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
+			&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
+			&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
+			&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
+			&cli.BoolFlag{Name: "keep-windows", Usage: "keep DIR/windows/window_<first>_<last>.onnx after stitching (re-runs then skip unchanged windows)"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "windows exported at once, with --layerwise"},
 		},
 		Action: func(c *cli.Context) error {
 			dir, err := oneArg(c, "MODEL_DIR")
@@ -38,9 +46,15 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := export.Run(c.Context, p, ckpt, export.Options{
-				Out: c.String("out"), ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
-			})
+			opts, err := exportOptions(c)
+			if err != nil {
+				return err
+			}
+			res, err := export.Run(c.Context, p, ckpt, opts)
+			var lw *export.LayerwiseError
+			if errors.As(err, &lw) {
+				return fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
+			}
 			if err != nil {
 				return err
 			}
@@ -49,9 +63,57 @@ func exportCommand() *cli.Command {
 			fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
 				res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "shard"),
 				linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
+			printWindows(c, res)
+			for _, n := range res.Notes {
+				fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
+			}
 			return nil
 		},
 	}
+}
+
+func exportOptions(c *cli.Context) (export.Options, error) {
+	opts := export.Options{
+		Out: c.String("out"), ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
+		Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
+		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"),
+	}
+	if !opts.Layerwise && (c.IsSet("window-size") || c.IsSet("keep-windows")) {
+		return opts, usageError{"--window-size and --keep-windows need --layerwise"}
+	}
+	if opts.WindowSize < 1 {
+		return opts, usageError{fmt.Sprintf("--window-size must be at least 1, got %d", opts.WindowSize)}
+	}
+	if opts.Jobs < 1 {
+		return opts, usageError{fmt.Sprintf("-j must be at least 1, got %d", opts.Jobs)}
+	}
+	return opts, nil
+}
+
+func printWindows(c *cli.Context, res *export.Result) {
+	if len(res.WindowsWritten)+len(res.WindowsKept) == 0 {
+		return
+	}
+	fmt.Fprintf(c.App.Writer, "  %s stitched: %d written, %d unchanged since the last run (kept)\n",
+		plural(len(res.WindowsWritten)+len(res.WindowsKept), "window"), len(res.WindowsWritten), len(res.WindowsKept))
+	if len(res.WindowsKept) > 0 {
+		fmt.Fprintf(c.App.Writer, "  unchanged: %s\n", strings.Join(res.WindowsKept, " "))
+	}
+}
+
+// layerwiseArchs lists the model_types whose plugin supports --layerwise.
+func layerwiseArchs(reg *plugins.Registry) string {
+	var out []string
+	for _, mt := range reg.ModelTypes() {
+		p, _ := reg.For(mt)
+		if a, ok := p.Support(mt); ok && a.GetCapabilities().GetLayerwise() {
+			out = append(out, fmt.Sprintf("%s (%s)", mt, p.Desc.GetName()))
+		}
+	}
+	if len(out) == 0 {
+		return "none of the plugins found"
+	}
+	return strings.Join(out, ", ")
 }
 
 func linkVerb(mode string) string {

@@ -3,8 +3,10 @@ package export
 import (
 	"fmt"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -20,36 +22,63 @@ type parts struct {
 	final   *pb.BuildResponse
 }
 
-// assembler places the parts in one graph.
+// Window boundary names: a window after the first takes the hidden state as
+// this graph input; one before the last returns it as that graph output.
+const (
+	windowHiddenIn  = window.BoundaryIn
+	windowHiddenOut = window.BoundaryOut
+)
+
+// assembler places the parts of one window (the whole model being the
+// window of all layers) in one graph.
 type assembler struct {
-	parts   parts
-	compute dtype.DType
-	b       *graph.Builder
-	table   *weights.Table
-	kinds   map[string]*pb.LayerKind
+	parts        parts
+	compute      dtype.DType
+	b            *graph.Builder
+	table        *weights.Table
+	kinds        map[string]*pb.LayerKind
+	span         window.Span
+	subfunctions bool // layers as calls of local functions, else inlined
+}
+
+func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool) *assembler {
+	b := graph.New(ps.plan.GetModelType())
+	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b),
+		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions}
 }
 
 // Value names in the assembled graph.
-func layerPrefix(i int32) string             { return fmt.Sprintf("layers.%d", i) }
+func layerPrefix(i int32) string             { return window.LayerPrefix(i) }
 func cacheInput(name string, i int32) string { return fmt.Sprintf("%s.%d", name, i) }
 func contextValue(name string) string        { return "context/" + name }
 
+// layers are the plan's layers inside the span.
+func (a *assembler) layers() []*pb.Layer {
+	return a.parts.plan.GetLayers()[a.span.First : a.span.Last+1]
+}
+
 func (a *assembler) run() error {
 	a.declareIO()
-	hidden := "embed/" + sdk.HiddenStates
-	if err := a.place(a.parts.embed, sdk.NonLayer, "embed",
-		map[string]string{sdk.InputIDs: sdk.InputIDs},
-		map[string]string{sdk.HiddenStates: hidden}); err != nil {
-		return err
+	hidden := windowHiddenIn
+	if a.span.IsFirst() {
+		hidden = "embed/" + sdk.HiddenStates
+		if err := a.place(a.parts.embed, sdk.NonLayer, "embed",
+			map[string]string{sdk.InputIDs: sdk.InputIDs},
+			map[string]string{sdk.HiddenStates: hidden}); err != nil {
+			return err
+		}
 	}
 	if err := a.placeContext(); err != nil {
 		return err
 	}
-	for _, l := range a.parts.plan.GetLayers() {
+	for _, l := range a.layers() {
 		var err error
 		if hidden, err = a.placeLayer(l, hidden); err != nil {
 			return err
 		}
+	}
+	if !a.span.IsLast() {
+		return nil
 	}
 	return a.place(a.parts.final, sdk.NonLayer, "final",
 		map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs},
@@ -57,19 +86,29 @@ func (a *assembler) run() error {
 }
 
 // declareIO declares the graph inputs and outputs the Qualcomm toolchain
-// expects: ids and positions, then each layer's caches; logits of the last
-// valid token, then each cache's retained state.
+// expects: ids (or, after the first window, the hidden state) and positions,
+// then each layer's caches; logits of the last valid token (or, before the
+// last window, the hidden state), then each cache's retained state.
 func (a *assembler) declareIO() {
 	tokens := []graph.Dim{{Param: "batch_size"}, {Param: "seq_len"}}
-	a.b.Input(sdk.InputIDs, onnxpb.TensorProto_INT64, tokens...)
+	hidden := []graph.Dim{tokens[0], tokens[1], {Size: a.parts.plan.GetHiddenSize()}}
+	if a.span.IsFirst() {
+		a.b.Input(sdk.InputIDs, onnxpb.TensorProto_INT64, tokens...)
+	} else {
+		a.b.Input(windowHiddenIn, a.compute, hidden...)
+	}
 	a.b.Input(sdk.PositionIDs, onnxpb.TensorProto_INT64, tokens...)
-	a.b.Output(sdk.Logits, onnxpb.TensorProto_FLOAT, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1}, graph.Dim{Size: a.parts.plan.GetVocabSize()})
-	for _, l := range a.parts.plan.GetLayers() {
+	if a.span.IsLast() {
+		a.b.Output(sdk.Logits, onnxpb.TensorProto_FLOAT, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1}, graph.Dim{Size: a.parts.plan.GetVocabSize()})
+	} else {
+		a.b.Output(windowHiddenOut, a.compute, hidden...)
+	}
+	for _, l := range a.layers() {
 		for _, c := range a.kinds[l.GetKind()].GetCaches() {
 			a.b.Input(cacheInput(c.GetName(), l.GetIndex()), a.compute, dims(c)...)
 		}
 	}
-	for _, l := range a.parts.plan.GetLayers() {
+	for _, l := range a.layers() {
 		for _, c := range a.kinds[l.GetKind()].GetCaches() {
 			a.b.Output(cacheInput(c.GetName(), l.GetIndex())+sdk.RetainedSuffix, a.compute, dims(c)...)
 		}
@@ -87,7 +126,7 @@ func dims(c *pb.CacheSpec) []graph.Dim {
 // placeContext binds the context function's cache input to the first
 // layer's cache of that name: it only reads its shape.
 func (a *assembler) placeContext() error {
-	first := a.parts.plan.GetLayers()[0]
+	first := a.layers()[0]
 	inputs := map[string]string{sdk.PositionIDs: sdk.PositionIDs}
 	for _, c := range a.kinds[first.GetKind()].GetCaches() {
 		inputs[c.GetName()] = cacheInput(c.GetName(), first.GetIndex())
@@ -102,6 +141,9 @@ func (a *assembler) placeContext() error {
 func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {
 	i := l.GetIndex()
 	out := layerPrefix(i) + "/" + sdk.HiddenStatesOut
+	if i == a.span.Last && !a.span.IsLast() {
+		out = windowHiddenOut
+	}
 	inputs := map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}
 	outputs := map[string]string{sdk.HiddenStatesOut: out}
 	for _, c := range a.kinds[l.GetKind()].GetCaches() {
@@ -113,6 +155,26 @@ func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {
 	}
 	resp := a.parts.kinds[l.GetKind()]
 	return out, a.place(resp, i, layerPrefix(i), keepFormal(inputs, resp), outputs)
+}
+
+// bind resolves the part's weight bindings for one layer (or sdk.NonLayer)
+// into graph values, added to inputs.
+func (a *assembler) bind(resp *pb.BuildResponse, layer int32, prefix string, inputs map[string]string) error {
+	bindings, err := layerBindings(resp, layer)
+	if err != nil {
+		return err
+	}
+	for _, wb := range bindings {
+		if _, taken := inputs[wb.GetInput()]; taken {
+			return fmt.Errorf("%s: input %s is both a model input and bound to tensor %s", prefix, wb.GetInput(), wb.GetKey())
+		}
+		value, err := a.table.Value(wb.GetKey(), wb.GetDtype())
+		if err != nil {
+			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
+		}
+		inputs[wb.GetInput()] = value
+	}
+	return nil
 }
 
 // keepFormal drops the role inputs a function does not declare (a layer need
@@ -131,28 +193,23 @@ func keepFormal(inputs map[string]string, resp *pb.BuildResponse) map[string]str
 	return out
 }
 
-// place binds a part's weights for one layer (or sdk.NonLayer) and inlines it.
+// place binds a part's weights for one layer (or sdk.NonLayer) and inlines
+// it, or calls it as a local function when it is a layer and subfunctions
+// are on.
 func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, inputs, outputs map[string]string) error {
 	for _, dep := range resp.GetDependencies() {
 		if err := a.b.AddFunction(dep); err != nil {
 			return err
 		}
 	}
-	bindings, err := layerBindings(resp, layer)
-	if err != nil {
+	if err := a.bind(resp, layer, prefix, inputs); err != nil {
 		return err
 	}
-	for _, wb := range bindings {
-		if _, taken := inputs[wb.GetInput()]; taken {
-			return fmt.Errorf("%s: input %s is both a model input and bound to tensor %s", prefix, wb.GetInput(), wb.GetKey())
-		}
-		value, err := a.table.Value(wb.GetKey(), wb.GetDtype())
-		if err != nil {
-			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
-		}
-		inputs[wb.GetInput()] = value
+	call := graph.Call{Fn: resp.GetFunction(), Inputs: inputs, Outputs: outputs, Prefix: prefix}
+	if a.subfunctions && layer != sdk.NonLayer {
+		return a.b.CallFunction(call)
 	}
-	return a.b.Inline(graph.Call{Fn: resp.GetFunction(), Inputs: inputs, Outputs: outputs, Prefix: prefix})
+	return a.b.Inline(call)
 }
 
 func layerBindings(resp *pb.BuildResponse, layer int32) ([]*pb.WeightBinding, error) {

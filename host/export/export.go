@@ -7,6 +7,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -16,8 +17,10 @@ import (
 	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -33,6 +36,12 @@ type Options struct {
 	ComputeDType string // float32 (default) or float16
 	Link         string // how shards are reached: hardlink (default), copy, symlink
 	Version      string // strata's version, recorded in the outputs
+	Subfunctions bool   // each decoder layer a call of a local function, one per layer kind
+
+	Layerwise   bool // export windows of WindowSize layers, then stitch them
+	WindowSize  int  // layers per window (default 1)
+	KeepWindows bool // keep windows/ after stitching
+	Jobs        int  // windows exported at once (default: the number of CPUs)
 }
 
 // Result describes a finished export.
@@ -42,64 +51,149 @@ type Result struct {
 	Plan                *pb.PlanResponse
 	Spec                *weights.Spec
 	Parameters          int64 // elements of all graph weights
+	// Layerwise only: windows written, and kept from an earlier run.
+	WindowsWritten, WindowsKept []string
+	// Notes are things the user should know that did not stop the export.
+	Notes []string
 }
 
-// Run exports ckpt with plugin p. Nothing is written until the whole model
-// has been built in memory; then the shards are linked, the spec written,
-// and model.onnx renamed into place last, so a model.onnx present is always
-// complete.
+// exporter carries one export's inputs.
+type exporter struct {
+	ctx     context.Context
+	plugin  *plugins.Plugin
+	ckpt    *checkpoint.Checkpoint
+	opts    Options
+	compute dtype.DType
+	parts   parts
+	out     outDir
+}
+
+// Run exports ckpt with plugin p. Options and the plugin's answers are
+// checked before anything is written; then the model (or each window) is
+// built in memory, the shards are linked, the spec written, and model.onnx
+// renamed into place last, so a model.onnx present is always complete.
 func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts Options) (res *Result, err error) {
+	e := &exporter{ctx: ctx, plugin: p, ckpt: ckpt}
+	if e.opts, e.compute, err = checkOptions(opts); err != nil {
+		return nil, err
+	}
+	if e.parts, err = buildParts(ctx, p, ckpt, &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute)}, e.opts.Layerwise); err != nil {
+		return nil, err
+	}
+	if e.out, err = prepareOut(e.opts.Out); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.out.discard()
+		}
+	}()
+	if e.opts.Layerwise {
+		return e.layerwise()
+	}
+	return e.whole()
+}
+
+func checkOptions(opts Options) (Options, dtype.DType, error) {
 	compute, err := dtype.ParseCompute(opts.ComputeDType)
 	if err != nil {
-		return nil, err
+		return opts, 0, err
 	}
 	if opts.Link == "" {
 		opts.Link = weights.LinkHard
 	}
 	if !slices.Contains(weights.LinkModes, opts.Link) {
-		return nil, fmt.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
+		return opts, 0, fmt.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
 	}
-	out, err := prepareOut(opts.Out)
-	if err != nil {
-		return nil, err
+	if opts.WindowSize == 0 {
+		opts.WindowSize = 1
 	}
-	defer func() {
-		if err != nil {
-			out.discard()
+	if opts.WindowSize < 0 || opts.Layerwise && opts.WindowSize < 1 {
+		return opts, 0, fmt.Errorf("--window-size must be at least 1, got %d", opts.WindowSize)
+	}
+	if opts.Jobs == 0 {
+		opts.Jobs = runtime.NumCPU()
+	}
+	if opts.Jobs < 0 {
+		return opts, 0, fmt.Errorf("-j must be at least 1, got %d", opts.Jobs)
+	}
+	return opts, compute, nil
+}
+
+// LayerwiseError says the architecture cannot be exported layerwise.
+type LayerwiseError struct {
+	ModelType, Plugin string
+	Reasons           []string
+}
+
+func (e *LayerwiseError) Error() string {
+	return fmt.Sprintf("--layerwise: plugin %s does not support layerwise export of %s: %s",
+		e.Plugin, e.ModelType, strings.Join(e.Reasons, "; "))
+}
+
+// layerwiseGuard refuses --layerwise where the plugin declares it
+// unsupported, for the architecture or for this checkpoint.
+func layerwiseGuard(p *plugins.Plugin, modelType string, check *pb.CheckResponse) error {
+	support, _ := p.Support(modelType)
+	if caps := support.GetCapabilities(); !caps.GetLayerwise() {
+		why := caps.GetLayerwiseReason()
+		if why == "" {
+			why = "the plugin does not declare layerwise support"
 		}
-	}()
-	ps, err := buildParts(ctx, p, Model(ckpt), &pb.ExportOptions{ComputeDtype: dtype.Name(compute)})
+		return &LayerwiseError{ModelType: modelType, Plugin: p.Desc.GetName(), Reasons: []string{why}}
+	}
+	if !check.GetLayerwiseSupported() {
+		return &LayerwiseError{ModelType: modelType, Plugin: p.Desc.GetName(), Reasons: check.GetReasons()}
+	}
+	return nil
+}
+
+// whole exports the model as one graph.
+func (e *exporter) whole() (*Result, error) {
+	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())))
 	if err != nil {
 		return nil, err
 	}
-	b := graph.New(ps.plan.GetModelType())
-	a := &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b), kinds: kindIndex(ps.plan)}
-	if err := a.run(); err != nil {
-		return nil, fmt.Errorf("assembling the model from plugin %s: %w", p.Desc.GetName(), err)
+	spec := e.spec(a.table)
+	model, err := encodeModel(a.b, spec, e.plugin, e.opts.Version, nil)
+	if err != nil {
+		return nil, err
 	}
+	if err := e.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := e.out.write(e.ckpt, spec, model); err != nil {
+		return nil, err
+	}
+	return e.result(spec, len(model)), nil
+}
+
+func (e *exporter) assemble(s window.Span) (*assembler, error) {
+	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions)
+	if err := a.run(); err != nil {
+		return nil, fmt.Errorf("assembling layers %s from plugin %s: %w", s, e.plugin.Desc.GetName(), err)
+	}
+	return a, nil
+}
+
+func (e *exporter) spec(t *weights.Table) *weights.Spec {
 	spec := &weights.Spec{
 		Format: weights.SpecFormat, Version: weights.SpecVersion,
-		Producer:  weights.Producer{Strata: opts.Version, Plugin: p.Desc.GetName(), PluginVersion: p.Desc.GetVersion()},
-		ModelType: ckpt.ModelType, ComputeDType: dtype.Name(compute), Checkpoint: ckpt.Dir,
-		Files: a.table.Files, Weights: a.table.Weights(),
+		Producer:  weights.Producer{Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion()},
+		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Checkpoint: e.ckpt.Dir,
+		Files: t.Files, Weights: t.Weights(),
 	}
 	for i := range spec.Files {
-		spec.Files[i].Link = opts.Link
+		spec.Files[i].Link = e.opts.Link
 	}
-	modelBytes, err := encodeModel(b, spec, p, opts.Version)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := out.write(ckpt, spec, modelBytes); err != nil {
-		return nil, err
-	}
+	return spec
+}
+
+func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
 	return &Result{
-		ModelPath: out.path(ModelFile), SpecPath: out.path(SpecFile), ModelBytes: len(modelBytes),
-		Plan: ps.plan, Spec: spec, Parameters: parameters(ckpt, spec),
-	}, nil
+		ModelPath: e.out.path(ModelFile), SpecPath: e.out.path(SpecFile), ModelBytes: modelBytes,
+		Plan: e.parts.plan, Spec: spec, Parameters: parameters(e.ckpt, spec),
+	}
 }
 
 // Inventory lists every tensor's key, dtype and shape for the plugin.
@@ -118,13 +212,21 @@ func Model(ckpt *checkpoint.Checkpoint) *pb.Model {
 	return &pb.Model{ConfigJson: ckpt.ConfigJSON, Tensors: inventory(ckpt)}
 }
 
-func buildParts(ctx context.Context, p *plugins.Plugin, model *pb.Model, opts *pb.ExportOptions) (parts, error) {
+// buildParts asks the plugin whether it can export the model (and, with
+// layerwise, whether it can do that layerwise), then for the plan and parts.
+func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts *pb.ExportOptions, layerwise bool) (parts, error) {
+	model := Model(ckpt)
 	check, err := p.Check(ctx, model)
 	if err != nil {
 		return parts{}, err
 	}
 	if !check.GetSupported() {
 		return parts{}, fmt.Errorf("plugin %s cannot export this checkpoint: %s", p.Desc.GetName(), strings.Join(check.GetReasons(), "; "))
+	}
+	if layerwise {
+		if err := layerwiseGuard(p, ckpt.ModelType, check); err != nil {
+			return parts{}, err
+		}
 	}
 	plan, err := p.Plan(ctx, &pb.PlanRequest{Model: model, Options: opts})
 	if err != nil {
@@ -203,22 +305,28 @@ func layersOf(plan *pb.PlanResponse, kind string) []int32 {
 
 // encodeModel finishes the model with its provenance and the weight spec in
 // the metadata, and encodes it deterministically.
-func encodeModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string) ([]byte, error) {
+// A window's span is recorded too (nil for a whole model).
+func encodeModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) ([]byte, error) {
 	compact, err := spec.Compact()
 	if err != nil {
 		return nil, err
 	}
-	m := b.Model(graph.Metadata{
-		ProducerName: "strata", ProducerVersion: version,
-		Props: map[string]string{
-			"strata.version":        version,
-			"strata.plugin":         p.Desc.GetName(),
-			"strata.plugin_version": p.Desc.GetVersion(),
-			"strata.model_type":     spec.ModelType,
-			"strata.compute_dtype":  spec.ComputeDType,
-			weights.MetadataKey:     compact,
-		},
-	})
+	props := map[string]string{
+		"strata.version":        version,
+		"strata.plugin":         p.Desc.GetName(),
+		"strata.plugin_version": p.Desc.GetVersion(),
+		"strata.model_type":     spec.ModelType,
+		"strata.compute_dtype":  spec.ComputeDType,
+		weights.MetadataKey:     compact,
+	}
+	if span != nil {
+		props[window.MetadataKey] = span.String()
+	}
+	return encode(b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}))
+}
+
+// encode marshals a model deterministically: the same model, the same bytes.
+func encode(m *onnxpb.ModelProto) ([]byte, error) {
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the model: %w", err)

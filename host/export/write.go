@@ -10,6 +10,8 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/window"
+	"github.com/strata-llm/strata/internal/atomic"
 )
 
 // outDir is a validated, writable output directory.
@@ -22,9 +24,7 @@ func (o outDir) path(name string) string { return filepath.Join(o.dir, filepath.
 
 // ours are the names an export writes; a directory holding only these (and
 // our temporary files) is a previous export and may be overwritten.
-var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.DataDir: true}
-
-const tmpPrefix = ".strata-"
+var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.DataDir: true, window.Dir: true, window.ManifestFile: true}
 
 // prepareOut creates dir if needed and checks it is writable and holds
 // nothing but a previous export, without changing anything in it.
@@ -42,12 +42,12 @@ func prepareOut(dir string) (outDir, error) {
 		return outDir{}, fmt.Errorf("output directory %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), tmpPrefix) {
+		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), atomic.TempPrefix) {
 			return outDir{}, fmt.Errorf("output directory %s already holds %s, which no strata export wrote; "+
 				"choose an empty or new directory (strata overwrites only its own earlier exports)", dir, e.Name())
 		}
 	}
-	probe, err := os.CreateTemp(dir, tmpPrefix+"probe-*")
+	probe, err := os.CreateTemp(dir, atomic.TempPrefix+"probe-*")
 	if err != nil {
 		return outDir{}, fmt.Errorf("output directory %s is not writable: %w", dir, err)
 	}
@@ -67,8 +67,8 @@ func (o outDir) discard() {
 // write commits an export: the old model.onnx goes first (a model.onnx
 // present means a complete export), then shards, spec, and model.onnx last.
 func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte) error {
-	if err := os.Remove(o.path(ModelFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing the previous %s: %w", o.path(ModelFile), err)
+	if err := o.removeModel(); err != nil {
+		return err
 	}
 	if err := o.linkShards(ckpt, spec); err != nil {
 		return err
@@ -77,10 +77,19 @@ func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []b
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(o.path(SpecFile), specJSON); err != nil {
+	if err := atomic.WriteFile(o.path(SpecFile), specJSON); err != nil {
 		return err
 	}
-	return writeAtomic(o.path(ModelFile), model)
+	return atomic.WriteFile(o.path(ModelFile), model)
+}
+
+// removeModel removes a previous model.onnx: from now until the new one is
+// renamed into place, no model.onnx may look complete.
+func (o outDir) removeModel() error {
+	if err := os.Remove(o.path(ModelFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the previous %s: %w", o.path(ModelFile), err)
+	}
+	return nil
 }
 
 // linkShards makes every shard the spec names reachable inside the output
@@ -100,33 +109,4 @@ func (o outDir) linkShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) erro
 		}
 		return os.Remove(path)
 	})
-}
-
-// writeAtomic writes data to a temporary file beside path and renames it into
-// place, so path is either absent, its old content, or complete.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), tmpPrefix+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

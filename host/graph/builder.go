@@ -148,3 +148,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// InputInfo declares a graph input as given.
+func (b *Builder) InputInfo(v *onnxpb.ValueInfoProto) {
+	b.graph.Input = append(b.graph.Input, v)
+}
+
+// OutputInfo declares a graph output as given.
+func (b *Builder) OutputInfo(v *onnxpb.ValueInfoProto) {
+	b.graph.Output = append(b.graph.Output, v)
+}

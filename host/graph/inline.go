@@ -104,3 +104,24 @@ func checkInlinable(n *onnxpb.NodeProto) error {
 	}
 	return nil
 }
+
+// CallFunction places the part as a call of a model-local function: the
+// function ships with the model once and each call passes its weights as
+// inputs (--subfunctions). The node is named by the call's prefix.
+func (b *Builder) CallFunction(c Call) error {
+	if err := c.checkBound(); err != nil {
+		return err
+	}
+	if err := b.AddFunction(c.Fn); err != nil {
+		return err
+	}
+	node := &onnxpb.NodeProto{Name: c.Prefix, OpType: c.Fn.GetName(), Domain: c.Fn.GetDomain()}
+	for _, in := range c.Fn.GetInput() {
+		node.Input = append(node.Input, c.Inputs[in])
+	}
+	for _, out := range c.Fn.GetOutput() {
+		node.Output = append(node.Output, c.Outputs[out])
+	}
+	b.graph.Node = append(b.graph.Node, node)
+	return nil
+}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/strata-llm/strata/internal/atomic"
 )
 
 // DataDir is the directory, inside the output directory, through which the
@@ -85,7 +87,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".copy-*")
+	tmp, err := os.CreateTemp(filepath.Dir(dst), atomic.TempPrefix+"copy-*")
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ package weights
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 )
 
 // Spec is weight_spec.json: every weight the graph uses and where its bytes
@@ -85,4 +86,62 @@ func (s *Spec) Compact() (string, error) {
 		return "", fmt.Errorf("encoding weight spec: %w", err)
 	}
 	return string(data), nil
+}
+
+// ParseSpec reads a spec (weight_spec.json or the model metadata value).
+func ParseSpec(data []byte) (*Spec, error) {
+	var s Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("weight spec: %w", err)
+	}
+	if s.Format != SpecFormat || s.Version != SpecVersion {
+		return nil, fmt.Errorf("weight spec: format %q version %d, want %q version %d", s.Format, s.Version, SpecFormat, SpecVersion)
+	}
+	return &s, nil
+}
+
+// Merge joins the specs of the windows of one model, in order: files in
+// order of first use, weights sorted by name. Specs that disagree on
+// anything but their files and weights come from different exports.
+func Merge(specs []*Spec) (*Spec, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("no weight specs to merge")
+	}
+	out := *specs[0]
+	out.Files, out.Weights = nil, nil
+	files := map[string]int{}
+	weights := map[string]Weight{}
+	for _, s := range specs {
+		if s.Format != out.Format || s.Version != out.Version || s.Producer != out.Producer ||
+			s.ModelType != out.ModelType || s.ComputeDType != out.ComputeDType || s.Checkpoint != out.Checkpoint {
+			return nil, fmt.Errorf("weight specs of different exports cannot be merged")
+		}
+		for _, f := range s.Files {
+			if _, ok := files[f.Path]; !ok {
+				files[f.Path] = len(out.Files)
+				out.Files = append(out.Files, f)
+			}
+		}
+		for _, w := range s.Weights {
+			if w.File < 0 || w.File >= len(s.Files) {
+				return nil, fmt.Errorf("weight %s names file %d of %d", w.Name, w.File, len(s.Files))
+			}
+			w.File = files[s.Files[w.File].Path]
+			if prev, ok := weights[w.Name]; ok && !sameWeight(prev, w) {
+				return nil, fmt.Errorf("weight %s differs between windows", w.Name)
+			}
+			weights[w.Name] = w
+		}
+	}
+	for _, w := range weights {
+		out.Weights = append(out.Weights, w)
+	}
+	sort.Slice(out.Weights, func(i, j int) bool { return out.Weights[i].Name < out.Weights[j].Name })
+	return &out, nil
+}
+
+func sameWeight(a, b Weight) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }

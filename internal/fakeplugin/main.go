@@ -7,6 +7,7 @@
 //	hang-on-plan    never answers Plan
 //	protocol-2      claims plugin protocol 2 in Describe
 //	refuse          says the checkpoint is unsupported, with a reason
+//	no-layerwise    says llama cannot be exported layerwise (and fakearch can)
 package main
 
 import (
@@ -39,10 +40,12 @@ func (f fake) Describe(context.Context) (*pb.DescribeResponse, error) {
 	if f.mode == "protocol-2" {
 		protocol = 2
 	}
-	return &pb.DescribeResponse{
-		Name: "fake-" + f.mode, Version: "0.0.1", ProtocolVersion: protocol,
-		Architectures: []*pb.ArchitectureSupport{{ModelType: "llama", Capabilities: &pb.Capabilities{LayerwiseReason: "fake"}}},
-	}, nil
+	archs := []*pb.ArchitectureSupport{{ModelType: "llama", Capabilities: &pb.Capabilities{
+		LayerwiseReason: "the fake plugin's layers cannot be cut apart"}}}
+	if f.mode == "no-layerwise" {
+		archs = append(archs, &pb.ArchitectureSupport{ModelType: "fakearch", Capabilities: &pb.Capabilities{Layerwise: true}})
+	}
+	return &pb.DescribeResponse{Name: "fake-" + f.mode, Version: "0.0.1", ProtocolVersion: protocol, Architectures: archs}, nil
 }
 
 func (f fake) Check(context.Context, *pb.CheckRequest) (*pb.CheckResponse, error) {

@@ -1,0 +1,252 @@
+package export
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/window"
+	"github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/sdk"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// layerwise exports windows of layers as models of their own (in parallel,
+// skipping windows an earlier run left unchanged), then stitches the window
+// files into model.onnx.
+func (e *exporter) layerwise() (*Result, error) {
+	spans, err := window.Cut(len(e.parts.plan.GetLayers()), e.opts.WindowSize)
+	if err != nil {
+		return nil, err
+	}
+	// No model.onnx may sit beside windows of another export.
+	if err := e.out.removeModel(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(e.out.path(window.Dir), 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", e.out.path(window.Dir), err)
+	}
+	manifest, warning := window.Load(e.out.dir)
+	manifest.Model = nil
+	res := &Result{}
+	if warning != nil {
+		res.Notes = append(res.Notes, warning.Error())
+	}
+	if res.WindowsWritten, res.WindowsKept, err = e.exportWindows(spans, manifest); err != nil {
+		return nil, err
+	}
+	model, spec, err := e.stitch(spans)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := e.out.write(e.ckpt, spec, model); err != nil {
+		return nil, err
+	}
+	if err := e.finishWindows(manifest, spec, model); err != nil {
+		return nil, err
+	}
+	r := e.result(spec, len(model))
+	r.WindowsWritten, r.WindowsKept, r.Notes = res.WindowsWritten, res.WindowsKept, res.Notes
+	return r, nil
+}
+
+// exportWindows writes every window that is not already on disk unchanged,
+// Jobs at a time, recording each in the manifest as it lands.
+func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (written, kept []string, err error) {
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+		slots    = make(chan struct{}, e.opts.Jobs)
+	)
+	done := make([]bool, len(spans))
+	for i, s := range spans {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			entry, unchanged, err := e.exportWindow(s, m, &mu)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil && !unchanged {
+				m.Record(entry)
+				err = m.Save(e.out.dir)
+			}
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			done[i] = unchanged
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, nil, firstErr
+	}
+	for i, s := range spans {
+		if done[i] {
+			kept = append(kept, s.String())
+		} else {
+			written = append(written, s.String())
+		}
+	}
+	return written, kept, nil
+}
+
+// exportWindow writes one window's model unless the manifest shows the
+// same inputs produced the file that is there.
+func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mutex) (window.Entry, bool, error) {
+	if err := e.ctx.Err(); err != nil {
+		return window.Entry{}, false, err
+	}
+	inputs, err := e.windowInputs(s)
+	if err != nil {
+		return window.Entry{}, false, err
+	}
+	mu.Lock()
+	unchanged := m.Unchanged(e.out.dir, s, inputs)
+	mu.Unlock()
+	if unchanged {
+		return window.Entry{}, true, nil
+	}
+	a, err := e.assemble(s)
+	if err != nil {
+		return window.Entry{}, false, err
+	}
+	data, err := encodeModel(a.b, e.spec(a.table), e.plugin, e.opts.Version, &s)
+	if err != nil {
+		return window.Entry{}, false, err
+	}
+	if err := atomic.WriteFile(e.out.path(s.File()), data); err != nil {
+		return window.Entry{}, false, err
+	}
+	return window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}, false, nil
+}
+
+// windowKey is everything a window's bytes depend on.
+type windowKey struct {
+	Strata, Plugin, PluginVersion string
+	ComputeDType, Link            string
+	Subfunctions                  bool
+	Checkpoint, ConfigSHA256      string
+	Span                          string
+	Layers                        int32
+	Tensors                       []tensorKey
+}
+
+// tensorKey is a tensor's safetensors header entry and where it lives.
+type tensorKey struct {
+	Key, Shard, DType string
+	Shape             []int64
+	Offset, Length    int64
+	ShardSize         int64
+}
+
+func (e *exporter) windowInputs(s window.Span) (string, error) {
+	sum := sha256.Sum256(e.ckpt.ConfigJSON)
+	k := windowKey{
+		Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion(),
+		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Subfunctions: e.opts.Subfunctions,
+		Checkpoint: e.ckpt.Dir, ConfigSHA256: hex.EncodeToString(sum[:]), Span: s.String(), Layers: s.Count,
+	}
+	for _, key := range e.windowTensors(s) {
+		t, ok := e.ckpt.Tensor(key)
+		if !ok {
+			return "", fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
+		}
+		shard, _ := e.ckpt.Shard(t.Shard)
+		k.Tensors = append(k.Tensors, tensorKey{t.Key, t.Shard, t.DType, t.Shape, t.Offset, t.Length, shard.Size})
+	}
+	return window.HashJSON(k)
+}
+
+// windowTensors lists the checkpoint keys a window binds, in binding order.
+func (e *exporter) windowTensors(s window.Span) []string {
+	var keys []string
+	seen := map[string]bool{}
+	add := func(resp *pb.BuildResponse, layer int32) {
+		bindings, _ := layerBindings(resp, layer)
+		for _, b := range bindings {
+			if !seen[b.GetKey()] {
+				seen[b.GetKey()] = true
+				keys = append(keys, b.GetKey())
+			}
+		}
+	}
+	if s.IsFirst() {
+		add(e.parts.embed, sdk.NonLayer)
+	}
+	for _, l := range e.parts.plan.GetLayers()[s.First : s.Last+1] {
+		add(e.parts.kinds[l.GetKind()], l.GetIndex())
+	}
+	if s.IsLast() {
+		add(e.parts.final, sdk.NonLayer)
+	}
+	return keys
+}
+
+// stitch reads the window files back and joins them.
+func (e *exporter) stitch(spans []window.Span) ([]byte, *weights.Spec, error) {
+	models := make([]window.Model, len(spans))
+	for i, s := range spans {
+		data, err := os.ReadFile(e.out.path(s.File()))
+		if err != nil {
+			return nil, nil, err
+		}
+		m := &onnxpb.ModelProto{}
+		if err := proto.Unmarshal(data, m); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.out.path(s.File()), err)
+		}
+		models[i] = window.Model{Span: s, Proto: m}
+	}
+	stitched, spec, err := window.Stitch(models)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stitching windows: %w", err)
+	}
+	data, err := encode(stitched)
+	return data, spec, err
+}
+
+// finishWindows makes kept windows runnable (their checkpoint links) or
+// removes them, and records the finished model in the manifest.
+func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec, model []byte) error {
+	if e.opts.KeepWindows {
+		if err := e.out.linkWindowShards(e.ckpt, spec); err != nil {
+			return err
+		}
+	} else {
+		if err := os.RemoveAll(e.out.path(window.Dir)); err != nil {
+			return err
+		}
+		m.Windows = nil
+	}
+	m.Model = &window.Output{File: ModelFile, SHA256: window.Hash(model)}
+	return m.Save(e.out.dir)
+}
+
+// linkWindowShards gives windows/ the same checkpoint/ links as the model,
+// so each window file runs on its own: hard links to the output's own
+// links (same filesystem by construction), or symlinks to the source.
+func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
+	for _, f := range spec.Files {
+		src, mode := o.path(f.Path), weights.LinkHard
+		if f.Link == weights.LinkSymlink {
+			src, mode = filepath.Join(ckpt.Dir, f.Source), weights.LinkSymlink
+		}
+		dst := filepath.Join(o.path(window.Dir), filepath.FromSlash(f.Path))
+		if err := weights.LinkShard(src, dst, mode); err != nil {
+			return fmt.Errorf("linking shard %s for the windows: %w", f.Source, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package window
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/strata-llm/strata/internal/atomic"
+)
+
+// ManifestFile records, in the output directory, what each window was made
+// from and what it hashed to, so a re-run can skip unchanged windows and an
+// interrupted run can be finished.
+const ManifestFile = "export-manifest.json"
+
+// Manifest format and version.
+const (
+	ManifestFormat  = "strata.export_manifest"
+	ManifestVersion = 1
+)
+
+// Manifest is the content of ManifestFile.
+type Manifest struct {
+	Format  string  `json:"format"`
+	Version int     `json:"version"`
+	Windows []Entry `json:"windows,omitempty"`
+	// Model is set once model.onnx is complete.
+	Model *Output `json:"model,omitempty"`
+}
+
+// Entry is one window written to disk.
+type Entry struct {
+	Span  string `json:"span"`
+	First int32  `json:"first"`
+	Last  int32  `json:"last"`
+	File  string `json:"file"`
+	// Inputs hashes everything that determines the window: strata and
+	// plugin versions, options, config.json, and the header entries of the
+	// tensors the window uses.
+	Inputs string `json:"inputs_sha256"`
+	// Output hashes the window file.
+	Output string `json:"output_sha256"`
+}
+
+// Output is a finished file and its hash.
+type Output struct {
+	File   string `json:"file"`
+	SHA256 string `json:"sha256"`
+}
+
+// Load reads dir's manifest. A missing manifest is an empty one; an
+// unreadable or foreign one is reported with an empty manifest, so the
+// export starts over rather than trusting it.
+func Load(dir string) (*Manifest, error) {
+	m := &Manifest{Format: ManifestFormat, Version: ManifestVersion}
+	data, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return m, err
+	}
+	var read Manifest
+	if err := json.Unmarshal(data, &read); err != nil || read.Format != ManifestFormat || read.Version != ManifestVersion {
+		return m, fmt.Errorf("%s is not a version %d strata manifest; every window will be rebuilt", ManifestFile, ManifestVersion)
+	}
+	return &read, nil
+}
+
+// Save writes the manifest into dir atomically, windows in layer order.
+func (m *Manifest) Save(dir string) error {
+	sort.Slice(m.Windows, func(i, j int) bool { return m.Windows[i].First < m.Windows[j].First })
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomic.WriteFile(filepath.Join(dir, ManifestFile), append(data, '\n'))
+}
+
+// Record adds or replaces the entry for e's span.
+func (m *Manifest) Record(e Entry) {
+	for i := range m.Windows {
+		if m.Windows[i].Span == e.Span {
+			m.Windows[i] = e
+			return
+		}
+	}
+	m.Windows = append(m.Windows, e)
+}
+
+// Unchanged reports whether the window for span was made from inputs and
+// its file in dir still hashes to what was recorded.
+func (m *Manifest) Unchanged(dir string, s Span, inputs string) bool {
+	for _, e := range m.Windows {
+		if e.Span != s.String() || e.File != s.File() || e.Inputs != inputs {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.File)))
+		return err == nil && Hash(data) == e.Output
+	}
+	return false
+}
+
+// Hash is the hex sha256 of data.
+func Hash(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// HashJSON hashes v's JSON encoding (struct fields in order, map keys
+// sorted: the same value always hashes the same).
+func HashJSON(v any) (string, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return Hash(data), nil
+}

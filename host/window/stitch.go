@@ -1,0 +1,251 @@
+package window
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/sdk"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// Names at window boundaries. A window after the first takes the hidden
+// state as graph input BoundaryIn; one before the last returns it as
+// BoundaryOut. Stitched, both become the name a whole export gives the
+// last layer's output: Boundary(last).
+const (
+	BoundaryIn  = sdk.HiddenStates
+	BoundaryOut = sdk.HiddenStatesOut
+)
+
+// MetadataKey records a window's span in its model's metadata.
+const MetadataKey = "strata.window"
+
+// LayerPrefix names the values and nodes of decoder layer i.
+func LayerPrefix(i int32) string { return fmt.Sprintf("layers.%d", i) }
+
+// Boundary is the name of layer last's output hidden state.
+func Boundary(last int32) string { return LayerPrefix(last) + "/" + sdk.HiddenStatesOut }
+
+// Model is one window's model.
+type Model struct {
+	Span  Span
+	Proto *onnxpb.ModelProto
+}
+
+// Stitch joins window models, in layer order, into the model a whole export
+// writes: each window's hidden-state output feeds the next window's input
+// under the whole export's name; the context values every window computes
+// are kept once; shared weights, casts and functions appear once; the
+// weight specs merge.
+func Stitch(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error) {
+	if err := checkCover(ws); err != nil {
+		return nil, nil, err
+	}
+	s := &stitcher{b: graph.New(ws[0].Proto.GetGraph().GetName()), produced: map[string]*onnxpb.NodeProto{},
+		inputs: map[string]*onnxpb.ValueInfoProto{}, inits: map[string]*onnxpb.TensorProto{}}
+	for i, w := range ws {
+		if err := s.add(w, i == 0, i == len(ws)-1); err != nil {
+			return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
+		}
+	}
+	s.declareOutputs(ws)
+	return s.finish(ws)
+}
+
+// checkCover requires windows that tile the layers in order.
+func checkCover(ws []Model) error {
+	if len(ws) == 0 {
+		return fmt.Errorf("no windows to stitch")
+	}
+	next := int32(0)
+	for _, w := range ws {
+		if w.Span.First != next || w.Span.Last < w.Span.First {
+			return fmt.Errorf("windows do not tile the layers: window %s follows layer %d", w.Span, next-1)
+		}
+		next = w.Span.Last + 1
+	}
+	if last := ws[len(ws)-1].Span; last.Last != last.Count-1 {
+		return fmt.Errorf("windows end at layer %d of %d", last.Last, last.Count)
+	}
+	return nil
+}
+
+type stitcher struct {
+	b        *graph.Builder
+	produced map[string]*onnxpb.NodeProto      // value -> node that computes it
+	inputs   map[string]*onnxpb.ValueInfoProto // graph inputs so far
+	inits    map[string]*onnxpb.TensorProto    // initializers so far
+	retained []*onnxpb.ValueInfoProto          // cache outputs, in order
+	logits   *onnxpb.ValueInfoProto
+}
+
+func (s *stitcher) add(w Model, first, last bool) error {
+	g := w.Proto.GetGraph()
+	rename := map[string]string{}
+	if !first {
+		rename[BoundaryIn] = Boundary(w.Span.First - 1)
+	}
+	if !last {
+		rename[BoundaryOut] = Boundary(w.Span.Last)
+	}
+	for _, op := range w.Proto.GetOpsetImport() {
+		if err := s.b.Import(op.GetDomain(), op.GetVersion()); err != nil {
+			return err
+		}
+	}
+	for _, fn := range w.Proto.GetFunctions() {
+		if err := s.b.AddFunction(fn); err != nil {
+			return err
+		}
+	}
+	s.addInputs(g, first)
+	if err := s.addInitializers(g); err != nil {
+		return err
+	}
+	for _, n := range g.GetNode() {
+		if err := s.addNode(renamed(n, rename)); err != nil {
+			return err
+		}
+	}
+	for _, o := range g.GetOutput() {
+		switch o.GetName() {
+		case sdk.Logits:
+			s.logits = o
+		case BoundaryOut:
+		default:
+			s.retained = append(s.retained, o)
+		}
+	}
+	return nil
+}
+
+// addInputs keeps the first window's ids and positions and every window's
+// caches; a later window's hidden-state input is now an internal value.
+func (s *stitcher) addInputs(g *onnxpb.GraphProto, first bool) {
+	for _, in := range g.GetInput() {
+		name := in.GetName()
+		if name == BoundaryIn && !first {
+			continue
+		}
+		if _, seen := s.inputs[name]; seen {
+			continue
+		}
+		s.inputs[name] = in
+		s.b.InputInfo(in)
+	}
+}
+
+func (s *stitcher) addInitializers(g *onnxpb.GraphProto) error {
+	for _, t := range g.GetInitializer() {
+		if prev, ok := s.inits[t.GetName()]; ok {
+			if !proto.Equal(prev, t) {
+				return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
+			}
+			continue
+		}
+		s.inits[t.GetName()] = t
+		s.b.Initializer(t)
+	}
+	return nil
+}
+
+func renamed(n *onnxpb.NodeProto, rename map[string]string) *onnxpb.NodeProto {
+	cp := proto.Clone(n).(*onnxpb.NodeProto)
+	for i, v := range cp.Input {
+		if r, ok := rename[v]; ok {
+			cp.Input[i] = r
+		}
+	}
+	for i, v := range cp.Output {
+		if r, ok := rename[v]; ok {
+			cp.Output[i] = r
+		}
+	}
+	return cp
+}
+
+// addNode adds n unless an earlier window already computes its outputs the
+// same way (the context every window recomputes, casts of shared weights).
+func (s *stitcher) addNode(n *onnxpb.NodeProto) error {
+	seen := 0
+	for _, out := range n.GetOutput() {
+		if _, ok := s.produced[out]; ok {
+			seen++
+		}
+	}
+	switch {
+	case seen == 0:
+		for _, out := range n.GetOutput() {
+			s.produced[out] = n
+		}
+		s.b.Node(n)
+		return nil
+	case seen == len(n.GetOutput()) && s.equivalent(s.produced[n.GetOutput()[0]], n):
+		return nil
+	default:
+		return fmt.Errorf("node %s computes %v differently from an earlier window", n.GetName(), n.GetOutput())
+	}
+}
+
+// equivalent reports whether b computes what a does. The one difference
+// allowed: a Shape may read another graph input of the same declared type
+// (each window's context reads the shape of its own first cache).
+func (s *stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
+	if a.GetOpType() == "Shape" && a.GetDomain() == "" && len(a.GetInput()) == 1 && len(b.GetInput()) == 1 {
+		x, y := s.inputs[a.GetInput()[0]], s.inputs[b.GetInput()[0]]
+		if x != nil && y != nil && proto.Equal(x.GetType(), y.GetType()) {
+			b = proto.Clone(b).(*onnxpb.NodeProto)
+			b.Input[0] = a.GetInput()[0]
+		}
+	}
+	return proto.Equal(a, b)
+}
+
+// declareOutputs lists logits, then every cache's retained state in layer
+// order, as a whole export does.
+func (s *stitcher) declareOutputs(ws []Model) {
+	if s.logits != nil {
+		s.b.OutputInfo(s.logits)
+	}
+	for _, o := range s.retained {
+		s.b.OutputInfo(o)
+	}
+}
+
+// finish merges the windows' metadata: all must agree but on their span
+// and weight spec.
+func (s *stitcher) finish(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error) {
+	first := ws[0].Proto
+	props := map[string]string{}
+	var specs []*weights.Spec
+	for _, w := range ws {
+		for _, p := range w.Proto.GetMetadataProps() {
+			switch p.GetKey() {
+			case MetadataKey:
+			case weights.MetadataKey:
+				spec, err := weights.ParseSpec([]byte(p.GetValue()))
+				if err != nil {
+					return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
+				}
+				specs = append(specs, spec)
+			default:
+				if prev, ok := props[p.GetKey()]; ok && prev != p.GetValue() {
+					return nil, nil, fmt.Errorf("windows disagree on %s (%q, %q): they come from different exports", p.GetKey(), prev, p.GetValue())
+				}
+				props[p.GetKey()] = p.GetValue()
+			}
+		}
+	}
+	spec, err := weights.Merge(specs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if props[weights.MetadataKey], err = spec.Compact(); err != nil {
+		return nil, nil, err
+	}
+	model := s.b.Model(graph.Metadata{ProducerName: first.GetProducerName(), ProducerVersion: first.GetProducerVersion(), Props: props})
+	return model, spec, nil
+}
