@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-llm/strata/internal/headeronly"
 	"github.com/strata-llm/strata/internal/testbin"
 )
 
@@ -60,29 +59,11 @@ func TestLayerwiseUsageErrors(t *testing.T) {
 	}
 }
 
-// headerOnly70B writes a header-only Llama-3.1-70B (80 layers) once per test.
-func headerOnly70B(t *testing.T) string {
-	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(testbin.Root(), "bench", "configs", "llama-3.1-70b", "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors, err := headeronly.LlamaTensors(cfg, "BF16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := headeronly.Write(dir, cfg, tensors, 5_000_000_000); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // TestKillAndResume kills layerwise exports at random moments. Whatever the
 // moment, a model.onnx present is the complete one, and the next run
 // finishes the export to exactly the bytes of an uninterrupted one.
 func TestKillAndResume(t *testing.T) {
-	src := headerOnly70B(t)
+	src := testbin.HeaderOnly(t, "llama-3.1-70b", 5_000_000_000)
 	args := func(out string) []string {
 		return []string{"export", src, "--out", out, "--plugin-dir", llamaDir, "--layerwise", "-j", "1"}
 	}

@@ -159,13 +159,18 @@ func (e *exporter) whole() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := e.out.write(e.ckpt, spec, model); err != nil {
+	if err := e.commit(spec, model); err != nil {
 		return nil, err
 	}
 	return e.result(spec, len(model)), nil
+}
+
+// commit writes the finished model unless the export was interrupted.
+func (e *exporter) commit(spec *weights.Spec, model []byte) error {
+	if err := e.ctx.Err(); err != nil {
+		return err
+	}
+	return e.out.write(e.ckpt, spec, model)
 }
 
 func (e *exporter) assemble(s window.Span) (*assembler, error) {

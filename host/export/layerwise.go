@@ -36,29 +36,26 @@ func (e *exporter) layerwise() (*Result, error) {
 	}
 	manifest, warning := window.Load(e.out.dir)
 	manifest.Model = nil
-	res := &Result{}
-	if warning != nil {
-		res.Notes = append(res.Notes, warning.Error())
-	}
-	if res.WindowsWritten, res.WindowsKept, err = e.exportWindows(spans, manifest); err != nil {
+	written, kept, err := e.exportWindows(spans, manifest)
+	if err != nil {
 		return nil, err
 	}
 	model, spec, err := e.stitch(spans)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := e.out.write(e.ckpt, spec, model); err != nil {
+	if err := e.commit(spec, model); err != nil {
 		return nil, err
 	}
 	if err := e.finishWindows(manifest, spec, model); err != nil {
 		return nil, err
 	}
-	r := e.result(spec, len(model))
-	r.WindowsWritten, r.WindowsKept, r.Notes = res.WindowsWritten, res.WindowsKept, res.Notes
-	return r, nil
+	res := e.result(spec, len(model))
+	res.WindowsWritten, res.WindowsKept = written, kept
+	if warning != nil {
+		res.Notes = append(res.Notes, warning.Error())
+	}
+	return res, nil
 }
 
 // exportWindows writes every window that is not already on disk unchanged,

@@ -14,27 +14,8 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/window"
-	"github.com/strata-llm/strata/internal/headeronly"
 	"github.com/strata-llm/strata/internal/testbin"
 )
-
-// headerOnly writes a header-only checkpoint of a shipped config.
-func headerOnly(t *testing.T, config string, maxShardBytes int64) string {
-	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(testbin.Root(), "bench", "configs", config, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors, err := headeronly.LlamaTensors(cfg, "BF16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := headeronly.Write(dir, cfg, tensors, maxShardBytes); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func open(t *testing.T, dir string) *checkpoint.Checkpoint {
 	t.Helper()
@@ -87,7 +68,7 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 		"bf16 sharded fixture": {func(*testing.T) string {
 			return filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
 		}, []int{1, 2, 3, 4}},
-		"Llama-3.1-8B header-only": {func(t *testing.T) string { return headerOnly(t, "llama-3.1-8b", 5_000_000_000) },
+		"Llama-3.1-8B header-only": {func(t *testing.T) string { return testbin.HeaderOnly(t, "llama-3.1-8b", 5_000_000_000) },
 			[]int{1, 3, 7, 16, 32, 33}},
 	}
 	for name, tc := range cases {
@@ -119,7 +100,7 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 
 // Windows and model are the same bytes whatever -j, and on every re-run.
 func TestLayerwiseIsDeterministic(t *testing.T) {
-	ckpt := open(t, headerOnly(t, "llama-3.1-8b", 5_000_000_000))
+	ckpt := open(t, testbin.HeaderOnly(t, "llama-3.1-8b", 5_000_000_000))
 	var runs []map[string][]byte
 	for _, jobs := range []int{1, 4, 2} {
 		out := filepath.Join(t.TempDir(), "out")
@@ -141,7 +122,7 @@ func TestLayerwiseIsDeterministic(t *testing.T) {
 // A re-run keeps every window whose inputs are unchanged; changing one
 // tensor's header entry rebuilds exactly the window that uses it.
 func TestRerunSkipsUnchangedWindows(t *testing.T) {
-	src := headerOnly(t, "llama-3.1-8b", 200_000_000) // about one layer per shard
+	src := testbin.HeaderOnly(t, "llama-3.1-8b", 200_000_000) // about one layer per shard
 	out := filepath.Join(t.TempDir(), "out")
 	opts := Options{Layerwise: true, WindowSize: 4, KeepWindows: true}
 	first := export(t, open(t, src), out, opts)

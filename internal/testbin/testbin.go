@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"testing"
+
+	"github.com/strata-llm/strata/internal/headeronly"
 )
 
 // Root is the repository root, found from this file's location.
@@ -72,4 +75,24 @@ func Processes(path string) []int {
 
 func containsPath(cmdline []byte, path string) bool {
 	return path != "" && bytes.Contains(cmdline, []byte(path))
+}
+
+// HeaderOnly writes, into a fresh temporary directory, a header-only
+// checkpoint of the shipped release config bench/configs/<config> (BF16),
+// its shards holding at most maxShardBytes of data each.
+func HeaderOnly(t testing.TB, config string, maxShardBytes int64) string {
+	t.Helper()
+	cfg, err := os.ReadFile(filepath.Join(Root(), "bench", "configs", config, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := headeronly.Tensors(cfg, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := headeronly.Write(dir, cfg, tensors, maxShardBytes); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
