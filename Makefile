@@ -16,6 +16,7 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/strata ./cmd/strata
 	$(GO) build -o bin/strata-headeronly ./cmd/strata-headeronly
+	$(GO) build -o bin/strata-transformcases ./internal/cmd/transformcases
 	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
 		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
 

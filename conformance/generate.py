@@ -51,7 +51,7 @@ def llama3_rope(theta=10000.0):
 
 FIXTURES_SPEC = {
     # name: (config overrides, dtype, options)
-    "llama-f32-base": (dict(), "float32", {}),
+    "llama-f32-base": (dict(), "float32", {"bin_twin": True}),
     "llama-bf16-gqa2": (dict(num_key_value_heads=2), "bfloat16", {}),
     "llama-f32-tied-gqa4": (dict(num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True), "float32", {}),
     "llama-f32-bias": (dict(num_key_value_heads=2, attention_bias=True, mlp_bias=True), "float32", {}),
@@ -59,7 +59,7 @@ FIXTURES_SPEC = {
                                  "float32", {"legacy_rope_config": True}),
     "llama-bf16-sharded": (dict(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
                                 tie_word_embeddings=True, rope_parameters=llama3_rope()),
-                           "bfloat16", {"max_shard_size": "120KB"}),
+                           "bfloat16", {"max_shard_size": "120KB", "bin_twin": True}),
 }
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
@@ -90,6 +90,36 @@ def save(model, out, dtype, options):
     model.save_pretrained(out, safe_serialization=True, **kwargs)
     if options.get("legacy_rope_config"):
         legacy_rope_config(os.path.join(out, "config.json"))
+    if options.get("bin_twin"):
+        save_bin_twin(out, out + "-bin")
+
+
+def save_bin_twin(src, dest):
+    """The same weights as PyTorch pickles (pytorch_model*.bin + index), the
+    way transformers 4.x saved them with safe_serialization=False: torch.save
+    of each shard's state dict. (transformers 5 no longer writes .bin.) The
+    reference logits are the twin's too."""
+    from safetensors.torch import load_file
+
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(src):
+        if name.endswith(".json") and name != "model.safetensors.index.json":
+            shutil.copy(os.path.join(src, name), dest)
+    index = os.path.join(src, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        torch.save(load_file(os.path.join(src, "model.safetensors")), os.path.join(dest, "pytorch_model.bin"))
+        return
+    with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+    renamed, total = {}, 0
+    for shard in sorted(set(weight_map.values())):
+        tensors = load_file(os.path.join(src, shard))
+        name = shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        torch.save(tensors, os.path.join(dest, name))
+        renamed.update({k: name for k in tensors})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+    with open(os.path.join(dest, "pytorch_model.bin.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": renamed}, f, indent=2, sort_keys=True)
 
 
 def legacy_rope_config(path):
@@ -158,6 +188,70 @@ def generate_fixture(dest, name, overrides, dtype, options, seed, with_greedy=Fa
     print(f"{name}: {dtype}, {sum(os.path.getsize(os.path.join(model_dir, x)) for x in os.listdir(model_dir))} bytes")
 
 
+def generate_transforms(dest, seed=11):
+    """Random MXFP4 blocks/scales and FP8 weights/scales, dequantised by
+    transformers' own functions (convert_moe_packed_tensors, Fp8Dequantize),
+    with the strata weight expression that must reproduce each bit for bit."""
+    from safetensors.torch import save_file
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    g = torch.Generator().manual_seed(seed)
+    tensors, cases = {}, []
+
+    def fp8_bytes(shape, dtype):
+        b = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+        if dtype == torch.float8_e4m3fn:
+            b = torch.where((b & 0x7F) == 0x7F, b & 0xFE, b)  # no NaN codes
+        else:
+            b = torch.where((b & 0x7C) == 0x7C, b & 0x7B, b)  # no Inf/NaN codes
+        return b.view(dtype)
+
+    def add(name, expr, expected, **inputs):
+        for k, v in inputs.items():
+            tensors[f"{name}.{k}"] = v.contiguous()
+        tensors[f"{name}.expected"] = expected.contiguous()
+        cases.append({"name": name, "expr": expr, "expected": f"{name}.expected"})
+
+    def key(name, k):
+        return {"key": f"{name}.{k}"}
+
+    for dtype, label in [(torch.bfloat16, "bfloat16"), (torch.float32, "float32")]:
+        name = f"mxfp4_{label}"
+        blocks = torch.randint(0, 256, (2, 6, 3, 16), generator=g, dtype=torch.uint8)
+        scales = torch.randint(112, 140, (2, 6, 3), generator=g, dtype=torch.uint8)
+        scales[0, 0, 0], scales[1, 5, 2] = 0, 254  # extreme exponents
+        expected = convert_moe_packed_tensors(blocks, scales, dtype=dtype)
+        expr = {"op": "transpose", "ints": [0, 2, 1], "args": [{"op": "mxfp4_dequant", "args": [key(name, "blocks"), key(name, "scales")]}]}
+        if label == "bfloat16":
+            expr = {"op": "cast", "to": "bfloat16", "args": [expr]}
+        add(name, expr, expected, blocks=blocks, scales=scales)
+
+    deq = Fp8Dequantize(None)
+    fp8_cases = [
+        ("fp8_e4m3_block128", (256, 128), torch.float8_e4m3fn, lambda: torch.rand(2, 1, generator=g) + 0.01),
+        ("fp8_e4m3_experts", (2, 64, 96), torch.float8_e4m3fn, lambda: torch.rand(2, 2, 3, generator=g) + 0.01),
+        ("fp8_e4m3_per_tensor", (32, 48), torch.float8_e4m3fn, lambda: torch.rand((), generator=g) + 0.01),
+        ("fp8_e5m2_block", (32, 64), torch.float8_e5m2, lambda: torch.rand(1, 2, generator=g) + 0.01),
+        ("fp8_e4m3_bf16_scale", (64, 32), torch.float8_e4m3fn, lambda: (torch.rand(2, 1, generator=g) + 0.01).to(torch.bfloat16)),
+        ("fp8_e4m3_ue8m0_scale", (64, 64), torch.float8_e4m3fn, lambda: torch.randint(110, 135, (2, 2), generator=g, dtype=torch.uint8)),
+    ]
+    for name, shape, dtype, make_scale in fp8_cases:
+        weight, scale = fp8_bytes(shape, dtype), make_scale()
+        expected = deq._dequantize_one(weight, scale)
+        expr = {"op": "fp8_dequant", "args": [key(name, "weight"), key(name, "scale")]}
+        if expected.dtype != torch.float32:
+            expr = {"op": "cast", "to": "bfloat16", "args": [expr]}
+        add(name, expr, expected, weight=weight, scale=scale)
+
+    os.makedirs(dest, exist_ok=True)
+    save_file(tensors, os.path.join(dest, "inputs.safetensors"))
+    with open(os.path.join(dest, "cases.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+    print(f"transforms: {len(cases)} cases, {os.path.getsize(os.path.join(dest, 'inputs.safetensors'))} bytes")
+
+
 def pad(prompts):
     width = max(len(p) for p in prompts)
     return np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
@@ -168,11 +262,13 @@ def main():
     ap.add_argument("names", nargs="*", help="fixtures to (re)generate; default: all, and the demo model")
     args = ap.parse_args()
     torch.set_num_threads(1)  # deterministic reductions
-    names = args.names or list(FIXTURES_SPEC) + ["demo"]
+    names = args.names or list(FIXTURES_SPEC) + ["demo", "transforms"]
     for i, name in enumerate(sorted(FIXTURES_SPEC)):
         if name in names:
             overrides, dtype, options = FIXTURES_SPEC[name]
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=1000 + i)
+    if "transforms" in names:
+        generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "demo" in names:
         generate_fixture(DEMO, "tiny-llama", dict(num_attention_heads=8, num_key_value_heads=2), "bfloat16", {},
                          seed=7, with_greedy=True)

@@ -159,6 +159,7 @@ def test_weights_referenced_in_place(name, tmp_path):
     meta = {p.key: p.value for p in model.metadata_props}
     assert json.loads(meta["strata.weight_spec"]) == spec
     files = {f["path"]: f for f in spec["files"]}
+    assert {f["kind"] for f in spec["files"]} == {"checkpoint"}
     for init in model.graph.initializer:
         assert init.data_location == onnx.TensorProto.EXTERNAL, f"{init.name} is stored in the model"
         ext = {e.key: e.value for e in init.external_data}
@@ -169,8 +170,108 @@ def test_weights_referenced_in_place(name, tmp_path):
         begin, end = header[init.name]["data_offsets"]
         assert (int(ext["offset"]), int(ext["length"])) == (start + begin, end - begin), init.name
         assert list(init.dims) == header[init.name]["shape"]
-    names = {w["initializer"] for w in spec["weights"]}
-    assert names == {i.name for i in model.graph.initializer}
+    sources = {s["key"] for w in spec["weights"] for s in w["sources"]}
+    assert sources == {i.name for i in model.graph.initializer}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_materialized_weights_give_the_same_logits(name, tmp_path):
+    """--weights materialize computes every weight in Go (casts included)
+    into OUT/weights/*.safetensors; ONNX Runtime then gives the same logits,
+    bit for bit, as the export that references the checkpoint, whole and
+    layerwise."""
+    fx = Fixture(name)
+    export(fx.model, tmp_path / "ref")
+    reference = fx.run(str(tmp_path / "ref" / "model.onnx"))
+    for label, args in [("whole", []), ("layerwise", ["--layerwise", "--keep-windows"])]:
+        out = tmp_path / label
+        spec = export(fx.model, out, "--weights", "materialize", *args)
+        assert spec["mode"] == "materialize" and all(w["data"] for w in spec["weights"])
+        data = [f for f in spec["files"] if f["kind"] == "materialized"]
+        assert data and all(os.path.getsize(out / f["path"]) == f["size"] for f in data)
+        model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+        assert not [n for n in model.graph.node if n.op_type == "Cast" and n.name.startswith("weights/")]
+        got = fx.run(str(out / "model.onnx"))
+        assert np.array_equal(got, reference), f"{label}: max |Δ| {np.abs(got - reference).max()}"
+        if label == "layerwise":
+            windows = ortrun.run(ortrun.Windows(window_files(out)), fx.ref["prompts"], fx.ref["prompt_lengths"],
+                                 fx.ref["decode_tokens"], fx.meta["ctx_len"])
+            assert np.array_equal(windows, reference)
+
+
+class FedWeights:
+    """A session whose weights are graph inputs (the qaic form), fed here
+    from the safetensors files the version-5 spec names."""
+
+    def __init__(self, path, spec, root):
+        self.sess = ortrun.session(path)
+        self.weights = {}
+        for i in spec["inputs"]:
+            f = spec["files"][i["location"]["file"]]
+            assert f["format"] == "safetensors"
+            self.weights[i["name"]] = read_safetensors(os.path.join(root, f["path"]), i["location"]["key"])
+
+    def get_inputs(self):
+        return self.sess.get_inputs()
+
+    def get_outputs(self):
+        return self.sess.get_outputs()
+
+    def run(self, names, feeds):
+        return self.sess.run(names, {**feeds, **self.weights})
+
+
+def read_safetensors(path, key):
+    start, header = safetensors_header(path)
+    entry = header[key]
+    dt = {"F32": np.float32, "F16": np.float16}[entry["dtype"]]
+    begin, end = entry["data_offsets"]
+    with open(path, "rb") as f:
+        f.seek(start + begin)
+        return np.frombuffer(f.read(end - begin), dtype=dt).reshape(entry["shape"])
+
+
+def test_qaic_weight_spec(tmp_path):
+    """--weight-spec qaic: weights become graph inputs, mapped by QEfficient's
+    version-5 spec (files/inputs, also under com.qti.aisw.extdata) to keys of
+    the materialised safetensors files. Fed from there, the model gives the
+    reference logits."""
+    fx = Fixture("llama-bf16-sharded")
+    out = tmp_path / "out"
+    spec = export(fx.model, out, "--weights", "materialize", "--weight-spec", "qaic")
+    with open(out / "weight_spec_qaic.json") as f:
+        qaic = json.load(f)
+    assert qaic["version"] == 5 and qaic["model_name"] == "LlamaForCausalLM"
+    assert qaic["model_id"] == str(out / "weights")
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    assert not model.graph.initializer
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert json.loads(meta["com.qti.aisw.extdata"]) == qaic
+    assert meta["com.qti.aisw.extdata"] == json.dumps(qaic, sort_keys=True, separators=(",", ":"))
+    inputs = {i.name for i in model.graph.input}
+    assert {i["name"] for i in qaic["inputs"]} == {w["name"] for w in spec["weights"]} <= inputs
+    sess = FedWeights(str(out / "model.onnx"), qaic, str(out))
+    got = ortrun.run(sess, fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"], fx.meta["ctx_len"])
+    np.testing.assert_allclose(got, fx.ref["logits"], atol=TOLERANCE, rtol=0)
+
+
+BIN_TWINS = [n for n in FIXTURES if os.path.isdir(os.path.join(FIXTURES_DIR, n, "model-bin"))]
+
+
+@pytest.mark.parametrize("name", BIN_TWINS)
+def test_bin_twin_matches_transformers(name, tmp_path):
+    """The PyTorch .bin twin of a fixture (the same weights as torch.save
+    pickles), converted once into a directory and exported from there,
+    reproduces transformers' logits, bit for bit the safetensors export's."""
+    assert len(BIN_TWINS) == 2, BIN_TWINS
+    fx = Fixture(name)
+    export(fx.model, tmp_path / "safetensors")
+    twin = os.path.join(fx.dir, "model-bin")
+    assert any(n.endswith(".bin") for n in os.listdir(twin))
+    export(twin, tmp_path / "bin", "--bin-to", str(tmp_path / "converted"))
+    got = fx.run(str(tmp_path / "bin" / "model.onnx"))
+    assert np.abs(got - fx.ref["logits"]).max() <= TOLERANCE
+    assert np.array_equal(got, fx.run(str(tmp_path / "safetensors" / "model.onnx")))
 
 
 def test_float16_compute(tmp_path):

@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/export"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
@@ -24,6 +23,9 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
 			&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
+			&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
+			&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
+			&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
 			&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
 			&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
 			&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
@@ -36,7 +38,7 @@ func exportCommand() *cli.Command {
 				return err
 			}
 			start := time.Now()
-			ckpt, err := checkpoint.Open(dir)
+			ckpt, err := openCheckpoint(c, dir, c.String("bin-to"))
 			if err != nil {
 				return err
 			}
@@ -75,7 +77,7 @@ func exportCommand() *cli.Command {
 func exportOptions(c *cli.Context) (export.Options, error) {
 	opts := export.Options{
 		Out: c.String("out"), ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
-		Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
+		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
 		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"),
 	}
 	if !opts.Layerwise && (c.IsSet("window-size") || c.IsSet("keep-windows")) {

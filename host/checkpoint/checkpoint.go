@@ -58,6 +58,25 @@ func Open(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// OpenFile reads the header of one safetensors file, as a checkpoint of one
+// shard without a config.
+func OpenFile(path string) (*Checkpoint, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{Dir: filepath.Dir(abs), tensors: map[string]*Tensor{}}
+	sh, err := readShard(abs, filepath.Base(abs), &c.BytesRead)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := c.add(sh); err != nil {
+		return nil, err
+	}
+	sort.Strings(c.keys)
+	return c, nil
+}
+
 func (c *Checkpoint) path(name string) string { return filepath.Join(c.Dir, name) }
 
 func (c *Checkpoint) readFile(name string) ([]byte, error) {

@@ -41,9 +41,9 @@ type assembler struct {
 	subfunctions bool // layers as calls of local functions, else inlined
 }
 
-func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool) *assembler {
+func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, mode, dataPath string) *assembler {
 	b := graph.New(ps.plan.GetModelType())
-	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b),
+	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b, mode, dataPath),
 		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions}
 }
 
@@ -166,9 +166,9 @@ func (a *assembler) bind(resp *pb.BuildResponse, layer int32, prefix string, inp
 	}
 	for _, wb := range bindings {
 		if _, taken := inputs[wb.GetInput()]; taken {
-			return fmt.Errorf("%s: input %s is both a model input and bound to tensor %s", prefix, wb.GetInput(), wb.GetKey())
+			return fmt.Errorf("%s: input %s is both a model input and bound to a weight", prefix, wb.GetInput())
 		}
-		value, err := a.table.Value(wb.GetKey(), wb.GetDtype())
+		value, err := a.table.Value(wb, prefix+"/"+wb.GetInput())
 		if err != nil {
 			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
 		}

@@ -28,7 +28,15 @@ import (
 const (
 	ModelFile = "model.onnx"
 	SpecFile  = "weight_spec.json"
+	// WeightsDir holds materialised weights: WholeDataFile for a whole
+	// export, one file per window (windowDataFile) for a layerwise one.
+	WeightsDir    = "weights"
+	WholeDataFile = WeightsDir + "/model.safetensors"
 )
+
+func windowDataFile(s window.Span) string {
+	return fmt.Sprintf("%s/window_%d_%d.safetensors", WeightsDir, s.First, s.Last)
+}
 
 // Options of an export.
 type Options struct {
@@ -37,6 +45,8 @@ type Options struct {
 	Link         string // how shards are reached: hardlink (default), copy, symlink
 	Version      string // strata's version, recorded in the outputs
 	Subfunctions bool   // each decoder layer a call of a local function, one per layer kind
+	Weights      string // reference (default) or materialize
+	WeightSpec   string // also write another spec format: "qaic" (version 5, materialised weights only)
 
 	Layerwise   bool // export windows of WindowSize layers, then stitch them
 	WindowSize  int  // layers per window (default 1)
@@ -105,6 +115,18 @@ func checkOptions(opts Options) (Options, dtype.DType, error) {
 	if !slices.Contains(weights.LinkModes, opts.Link) {
 		return opts, 0, fmt.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
 	}
+	if opts.Weights == "" {
+		opts.Weights = weights.Reference
+	}
+	if !slices.Contains(weights.Modes, opts.Weights) {
+		return opts, 0, fmt.Errorf("unknown --weights %q: use one of %s", opts.Weights, strings.Join(weights.Modes, ", "))
+	}
+	switch {
+	case opts.WeightSpec != "" && opts.WeightSpec != weights.QAICSpec:
+		return opts, 0, fmt.Errorf("unknown --weight-spec %q: strata's own spec is always written; the other format is %q", opts.WeightSpec, weights.QAICSpec)
+	case opts.WeightSpec == weights.QAICSpec && opts.Weights != weights.Materialize:
+		return opts, 0, fmt.Errorf("--weight-spec qaic needs --weights materialize: the version-5 format maps each weight to a safetensors key and has no transforms")
+	}
 	if opts.WindowSize == 0 {
 		opts.WindowSize = 1
 	}
@@ -150,32 +172,59 @@ func layerwiseGuard(p *plugins.Plugin, modelType string, check *pb.CheckResponse
 
 // whole exports the model as one graph.
 func (e *exporter) whole() (*Result, error) {
-	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())))
+	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile)
 	if err != nil {
 		return nil, err
 	}
 	spec := e.spec(a.table)
-	model, err := encodeModel(a.b, spec, e.plugin, e.opts.Version, nil)
+	m, err := buildModel(a.b, spec, e.plugin, e.opts.Version, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.commit(spec, model); err != nil {
+	n, err := e.commit(m, spec, a.table)
+	if err != nil {
 		return nil, err
 	}
-	return e.result(spec, len(model)), nil
+	return e.result(spec, n), nil
 }
 
-// commit writes the finished model unless the export was interrupted.
-func (e *exporter) commit(spec *weights.Spec, model []byte) error {
-	if err := e.ctx.Err(); err != nil {
-		return err
+// commit encodes and writes the finished model (and, materialising, the
+// whole model's weights; with --weight-spec qaic, that spec) unless the
+// export was interrupted. It returns the model's size.
+func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.Table) (int, error) {
+	extra := map[string][]byte{}
+	if e.opts.WeightSpec == weights.QAICSpec {
+		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.dir)
+		if err != nil {
+			return 0, err
+		}
+		extra[weights.QAICSpecFile] = qaic
 	}
-	return e.out.write(e.ckpt, spec, model)
+	model, err := encode(m)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return len(model), e.out.write(e.ckpt, spec, model, t, extra)
 }
 
-func (e *exporter) assemble(s window.Span) (*assembler, error) {
-	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions)
-	if err := a.run(); err != nil {
+// modelName is the checkpoint's class (config.json architectures[0]).
+func modelName(c *checkpoint.Checkpoint) string {
+	if len(c.Architectures) > 0 {
+		return c.Architectures[0]
+	}
+	return c.ModelType
+}
+
+func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) {
+	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions, e.opts.Weights, dataPath)
+	err := a.run()
+	if err == nil {
+		err = a.table.Layout()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("assembling layers %s from plugin %s: %w", s, e.plugin.Desc.GetName(), err)
 	}
 	return a, nil
@@ -185,11 +234,13 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 	spec := &weights.Spec{
 		Format: weights.SpecFormat, Version: weights.SpecVersion,
 		Producer:  weights.Producer{Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion()},
-		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Checkpoint: e.ckpt.Dir,
+		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Mode: e.opts.Weights, Checkpoint: e.ckpt.Dir,
 		Files: t.Files, Weights: t.Weights(),
 	}
 	for i := range spec.Files {
-		spec.Files[i].Link = e.opts.Link
+		if spec.Files[i].Kind == weights.KindCheckpoint {
+			spec.Files[i].Link = e.opts.Link
+		}
 	}
 	return spec
 }
@@ -308,10 +359,9 @@ func layersOf(plan *pb.PlanResponse, kind string) []int32 {
 	return out
 }
 
-// encodeModel finishes the model with its provenance and the weight spec in
-// the metadata, and encodes it deterministically.
-// A window's span is recorded too (nil for a whole model).
-func encodeModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) ([]byte, error) {
+// buildModel finishes the model with its provenance and the weight spec in
+// the metadata; a window's span is recorded too (nil for a whole model).
+func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, error) {
 	compact, err := spec.Compact()
 	if err != nil {
 		return nil, err
@@ -327,7 +377,7 @@ func encodeModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, versio
 	if span != nil {
 		props[window.MetadataKey] = span.String()
 	}
-	return encode(b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}))
+	return b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}), nil
 }
 
 // encode marshals a model deterministically: the same model, the same bytes.
@@ -339,14 +389,17 @@ func encode(m *onnxpb.ModelProto) ([]byte, error) {
 	return data, nil
 }
 
+// parameters counts the elements of every checkpoint tensor the graph reads.
 func parameters(ckpt *checkpoint.Checkpoint, spec *weights.Spec) int64 {
 	seen := map[string]bool{}
 	var n int64
 	for _, w := range spec.Weights {
-		if !seen[w.Key] {
-			seen[w.Key] = true
-			t, _ := ckpt.Tensor(w.Key)
-			n += t.Elements()
+		for _, s := range w.Sources {
+			if !seen[s.Key] {
+				seen[s.Key] = true
+				t, _ := ckpt.Tensor(s.Key)
+				n += t.Elements()
+			}
 		}
 	}
 	return n

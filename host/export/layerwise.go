@@ -44,13 +44,14 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.commit(spec, model); err != nil {
+	size, err := e.commit(model, spec, nil) // windows wrote their weights
+	if err != nil {
 		return nil, err
 	}
-	if err := e.finishWindows(manifest, spec, model); err != nil {
+	if err := e.finishWindows(manifest, spec); err != nil {
 		return nil, err
 	}
-	res := e.result(spec, len(model))
+	res := e.result(spec, size)
 	res.WindowsWritten, res.WindowsKept = written, kept
 	if warning != nil {
 		res.Notes = append(res.Notes, warning.Error())
@@ -116,24 +117,40 @@ func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mute
 	if unchanged {
 		return window.Entry{}, true, nil
 	}
-	a, err := e.assemble(s)
+	a, err := e.assemble(s, windowDataFile(s))
 	if err != nil {
 		return window.Entry{}, false, err
 	}
-	data, err := encodeModel(a.b, e.spec(a.table), e.plugin, e.opts.Version, &s)
+	model, err := buildModel(a.b, e.spec(a.table), e.plugin, e.opts.Version, &s)
 	if err != nil {
 		return window.Entry{}, false, err
+	}
+	data, err := encode(model)
+	if err != nil {
+		return window.Entry{}, false, err
+	}
+	entry := window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}
+	if a.table.Materializing() {
+		path := e.out.path(a.table.DataPath)
+		if err := a.table.Materialize(path); err != nil {
+			return window.Entry{}, false, err
+		}
+		sum, err := window.HashFile(path)
+		if err != nil {
+			return window.Entry{}, false, err
+		}
+		entry.Files = map[string]string{a.table.DataPath: sum}
 	}
 	if err := atomic.WriteFile(e.out.path(s.File()), data); err != nil {
 		return window.Entry{}, false, err
 	}
-	return window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}, false, nil
+	return entry, false, nil
 }
 
 // windowKey is everything a window's bytes depend on.
 type windowKey struct {
 	Strata, Plugin, PluginVersion string
-	ComputeDType, Link            string
+	ComputeDType, Link, Weights   string
 	Subfunctions                  bool
 	Checkpoint, ConfigSHA256      string
 	Span                          string
@@ -153,7 +170,7 @@ func (e *exporter) windowInputs(s window.Span) (string, error) {
 	sum := sha256.Sum256(e.ckpt.ConfigJSON)
 	k := windowKey{
 		Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion(),
-		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Subfunctions: e.opts.Subfunctions,
+		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Weights: e.opts.Weights, Subfunctions: e.opts.Subfunctions,
 		Checkpoint: e.ckpt.Dir, ConfigSHA256: hex.EncodeToString(sum[:]), Span: s.String(), Layers: s.Count,
 	}
 	for _, key := range e.windowTensors(s) {
@@ -193,7 +210,7 @@ func (e *exporter) windowTensors(s window.Span) []string {
 }
 
 // stitch reads the window files back and joins them.
-func (e *exporter) stitch(spans []window.Span) ([]byte, *weights.Spec, error) {
+func (e *exporter) stitch(spans []window.Span) (*onnxpb.ModelProto, *weights.Spec, error) {
 	models := make([]window.Model, len(spans))
 	for i, s := range spans {
 		data, err := os.ReadFile(e.out.path(s.File()))
@@ -210,13 +227,12 @@ func (e *exporter) stitch(spans []window.Span) ([]byte, *weights.Spec, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("stitching windows: %w", err)
 	}
-	data, err := encode(stitched)
-	return data, spec, err
+	return stitched, spec, nil
 }
 
 // finishWindows makes kept windows runnable (their checkpoint links) or
 // removes them, and records the finished model in the manifest.
-func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec, model []byte) error {
+func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 	if e.opts.KeepWindows {
 		if err := e.out.linkWindowShards(e.ckpt, spec); err != nil {
 			return err
@@ -227,7 +243,11 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec, model [
 		}
 		m.Windows = nil
 	}
-	m.Model = &window.Output{File: ModelFile, SHA256: window.Hash(model)}
+	sum, err := window.HashFile(e.out.path(ModelFile))
+	if err != nil {
+		return err
+	}
+	m.Model = &window.Output{File: ModelFile, SHA256: sum}
 	return m.Save(e.out.dir)
 }
 

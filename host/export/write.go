@@ -24,7 +24,7 @@ func (o outDir) path(name string) string { return filepath.Join(o.dir, filepath.
 
 // ours are the names an export writes; a directory holding only these (and
 // our temporary files) is a previous export and may be overwritten.
-var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.DataDir: true, window.Dir: true, window.ManifestFile: true}
+var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.QAICSpecFile: true, weights.DataDir: true, WeightsDir: true, window.Dir: true, window.ManifestFile: true}
 
 // prepareOut creates dir if needed and checks it is writable and holds
 // nothing but a previous export, without changing anything in it.
@@ -65,12 +65,21 @@ func (o outDir) discard() {
 }
 
 // write commits an export: the old model.onnx goes first (a model.onnx
-// present means a complete export), then shards, spec, and model.onnx last.
-func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte) error {
+// present means a complete export), then shards, materialised weights (t,
+// unless nil), spec, and model.onnx last.
+func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte, t *weights.Table, extra map[string][]byte) error {
 	if err := o.removeModel(); err != nil {
 		return err
 	}
 	if err := o.linkShards(ckpt, spec); err != nil {
+		return err
+	}
+	if t != nil && t.Materializing() {
+		if err := t.Materialize(o.path(t.DataPath)); err != nil {
+			return err
+		}
+	}
+	if err := o.pruneWeights(spec); err != nil {
 		return err
 	}
 	specJSON, err := spec.Marshal()
@@ -80,7 +89,32 @@ func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []b
 	if err := atomic.WriteFile(o.path(SpecFile), specJSON); err != nil {
 		return err
 	}
+	for name, data := range extra {
+		if err := atomic.WriteFile(o.path(name), data); err != nil {
+			return err
+		}
+	}
 	return atomic.WriteFile(o.path(ModelFile), model)
+}
+
+// pruneWeights removes materialised weight files no weight of spec uses
+// (an earlier export's, with other windows or mode).
+func (o outDir) pruneWeights(spec *weights.Spec) error {
+	keep := map[string]bool{}
+	for _, f := range spec.Files {
+		keep[o.path(f.Path)] = true
+	}
+	dir := o.path(WeightsDir)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || keep[path] {
+			return err
+		}
+		return os.Remove(path)
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // removeModel removes a previous model.onnx: from now until the new one is
@@ -97,6 +131,9 @@ func (o outDir) removeModel() error {
 func (o outDir) linkShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
 	keep := map[string]bool{}
 	for _, f := range spec.Files {
+		if f.Kind != weights.KindCheckpoint {
+			continue
+		}
 		dst := o.path(f.Path)
 		keep[dst] = true
 		if err := weights.LinkShard(filepath.Join(ckpt.Dir, f.Source), dst, f.Link); err != nil {

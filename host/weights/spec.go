@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+
+	"github.com/strata-llm/strata/host/weights/transform"
 )
 
 // Spec is weight_spec.json: every weight the graph uses and where its bytes
@@ -18,6 +20,8 @@ type Spec struct {
 	Producer     Producer `json:"producer"`
 	ModelType    string   `json:"model_type"`
 	ComputeDType string   `json:"compute_dtype"`
+	// Mode is how the graph reaches its weights: reference or materialize.
+	Mode string `json:"mode"`
 	// Checkpoint is the absolute path of the source checkpoint directory.
 	Checkpoint string   `json:"checkpoint"`
 	Files      []File   `json:"files"`
@@ -38,36 +42,56 @@ type Producer struct {
 	PluginVersion string `json:"plugin_version"`
 }
 
-// File is one checkpoint shard the graph reads.
+// File is a file the graph reads its weights from: a checkpoint shard, or a
+// file of materialised weights.
 type File struct {
-	// Path is where the model finds the shard, relative to the model file.
+	// Path is where the model finds the file, relative to the model file.
 	Path string `json:"path"`
-	// Source is the shard's name in the checkpoint directory.
-	Source string `json:"source"`
+	// Kind is "checkpoint" (a shard of the source checkpoint) or
+	// "materialized" (weights strata computed, a safetensors file).
+	Kind string `json:"kind"`
+	// Source is the shard's name in the checkpoint directory (checkpoint files).
+	Source string `json:"source,omitempty"`
 	Size   int64  `json:"size"`
 	// Link says how Path reaches Source: hardlink, copy or symlink.
-	Link string `json:"link"`
+	Link string `json:"link,omitempty"`
 }
 
-// Weight is one graph weight: the value Name that layers read, made by
-// applying Transforms to initializer Initializer, which holds checkpoint
-// tensor Key: Length bytes at absolute byte Offset of Files[File].
+// File kinds.
+const (
+	KindCheckpoint   = "checkpoint"
+	KindMaterialized = "materialized"
+)
+
+// Weight is one graph weight: the value Name the layers read, of DType and
+// Shape, computed by Transform from checkpoint tensors Sources (Transform
+// absent: the one source as it is). With --weights materialize, Data says
+// where strata wrote the result.
 type Weight struct {
-	Name        string      `json:"name"`
-	Initializer string      `json:"initializer"`
-	File        int         `json:"file"`
-	Key         string      `json:"key"`
-	Offset      int64       `json:"offset"`
-	Length      int64       `json:"length"`
-	DType       string      `json:"dtype"`
-	Shape       []int64     `json:"shape"`
-	Transforms  []Transform `json:"transforms,omitempty"`
+	Name      string          `json:"name"`
+	DType     string          `json:"dtype"`
+	Shape     []int64         `json:"shape"`
+	Sources   []Source        `json:"sources"`
+	Transform *transform.Expr `json:"transform,omitempty"`
+	Data      *Location       `json:"data,omitempty"`
 }
 
-// Transform is one step from checkpoint tensor to graph weight.
-type Transform struct {
-	Op string `json:"op"`           // cast
-	To string `json:"to,omitempty"` // cast: target dtype (float32, float16)
+// Source is a checkpoint tensor: Length bytes at absolute byte Offset of
+// Files[File], as the safetensors header describes it.
+type Source struct {
+	Key    string  `json:"key"`
+	File   int     `json:"file"`
+	Offset int64   `json:"offset"`
+	Length int64   `json:"length"`
+	DType  string  `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+}
+
+// Location is a byte range of Files[File].
+type Location struct {
+	File   int   `json:"file"`
+	Offset int64 `json:"offset"`
+	Length int64 `json:"length"`
 }
 
 // Marshal renders the spec as indented JSON with a trailing newline.
@@ -113,7 +137,7 @@ func Merge(specs []*Spec) (*Spec, error) {
 	weights := map[string]Weight{}
 	for _, s := range specs {
 		if s.Format != out.Format || s.Version != out.Version || s.Producer != out.Producer ||
-			s.ModelType != out.ModelType || s.ComputeDType != out.ComputeDType || s.Checkpoint != out.Checkpoint {
+			s.ModelType != out.ModelType || s.ComputeDType != out.ComputeDType || s.Mode != out.Mode || s.Checkpoint != out.Checkpoint {
 			return nil, fmt.Errorf("weight specs of different exports cannot be merged")
 		}
 		for _, f := range s.Files {
@@ -123,12 +147,15 @@ func Merge(specs []*Spec) (*Spec, error) {
 			}
 		}
 		for _, w := range s.Weights {
-			if w.File < 0 || w.File >= len(s.Files) {
-				return nil, fmt.Errorf("weight %s names file %d of %d", w.Name, w.File, len(s.Files))
+			w, err := remap(w, s.Files, files)
+			if err != nil {
+				return nil, err
 			}
-			w.File = files[s.Files[w.File].Path]
-			if prev, ok := weights[w.Name]; ok && !sameWeight(prev, w) {
-				return nil, fmt.Errorf("weight %s differs between windows", w.Name)
+			if prev, ok := weights[w.Name]; ok {
+				if !sameWeight(prev, w) {
+					return nil, fmt.Errorf("weight %s differs between windows", w.Name)
+				}
+				continue // a weight two windows share: the first's bytes serve both
 			}
 			weights[w.Name] = w
 		}
@@ -140,7 +167,36 @@ func Merge(specs []*Spec) (*Spec, error) {
 	return &out, nil
 }
 
+// remap rewrites a window's file indices into the merged file list.
+func remap(w Weight, from []File, to map[string]int) (Weight, error) {
+	index := func(i int) (int, error) {
+		if i < 0 || i >= len(from) {
+			return 0, fmt.Errorf("weight %s names file %d of %d", w.Name, i, len(from))
+		}
+		return to[from[i].Path], nil
+	}
+	w.Sources = append([]Source(nil), w.Sources...)
+	for i := range w.Sources {
+		var err error
+		if w.Sources[i].File, err = index(w.Sources[i].File); err != nil {
+			return w, err
+		}
+	}
+	if w.Data != nil {
+		d := *w.Data
+		var err error
+		if d.File, err = index(d.File); err != nil {
+			return w, err
+		}
+		w.Data = &d
+	}
+	return w, nil
+}
+
+// sameWeight compares what two weights are, not where materialised bytes
+// were written.
 func sameWeight(a, b Weight) bool {
+	a.Data, b.Data = nil, nil
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

@@ -5,119 +5,248 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
-// Table turns weight bindings into graph values: one initializer per
-// checkpoint tensor, referencing its bytes in the linked shard, plus a Cast
-// where the graph wants another dtype. It records the spec as it goes.
+// Weight modes.
+const (
+	// Reference: initializers are the checkpoint's tensors, referenced in
+	// place; transforms are ONNX nodes over them.
+	Reference = "reference"
+	// Materialize: strata computes each transformed weight in Go and writes
+	// it to a safetensors file of the export; initializers reference that.
+	Materialize = "materialize"
+)
+
+// Modes lists the accepted --weights values.
+var Modes = []string{Reference, Materialize}
+
+// Table turns weight bindings into graph values and records the spec. In
+// reference mode it adds one initializer per checkpoint tensor, pointing at
+// its bytes in the linked shard, and lowers transforms into nodes; in
+// materialize mode it adds one initializer per graph weight, whose bytes
+// Materialize computes.
 type Table struct {
 	ckpt    *checkpoint.Checkpoint
 	compute dtype.DType
+	mode    string
 	b       *graph.Builder
-	values  map[string]Weight // graph value name -> weight
-	inits   map[string]bool   // initializers added
-	files   map[string]int    // shard name -> index in Files
+	byExpr  map[string]string // canonical expression -> graph value
+	weights map[string]*pending
+	order   []string                       // graph values in first-use order
+	inits   map[string]*onnxpb.TensorProto // initializers added
+	files   map[string]int                 // file path -> index in Files
 	Files   []File
+	// DataPath is where materialised weights go, relative to the model.
+	DataPath string
 }
 
-// NewTable collects weights of ckpt into b.
-func NewTable(ckpt *checkpoint.Checkpoint, compute dtype.DType, b *graph.Builder) *Table {
-	return &Table{ckpt: ckpt, compute: compute, b: b,
-		values: map[string]Weight{}, inits: map[string]bool{}, files: map[string]int{}}
+type pending struct {
+	spec Weight
+	expr *transform.Expr
 }
 
-// Value returns the graph value holding checkpoint tensor key as want
-// ("" for the compute dtype), adding its initializer and cast on first use.
-func (t *Table) Value(key, want string) (string, error) {
-	target := t.compute
-	if want != "" {
-		var err error
-		if target, err = dtype.Parse(want); err != nil {
-			return "", fmt.Errorf("weight %s: %w", key, err)
-		}
+// NewTable collects the weights of ckpt into b, in mode (Reference or
+// Materialize, writing to dataPath).
+func NewTable(ckpt *checkpoint.Checkpoint, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
+	return &Table{ckpt: ckpt, compute: compute, mode: mode, b: b, DataPath: dataPath,
+		byExpr: map[string]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}}
+}
+
+// Value returns the graph value for a weight binding, adding what it needs
+// on first use. name names a computed weight (a transform of tensors);
+// plain tensors are named by their key.
+func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
+	e, err := t.expression(wb)
+	if err != nil {
+		return "", err
 	}
-	tensor, ok := t.ckpt.Tensor(key)
-	if !ok {
-		return "", fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
+	if e.IsLeaf() || e.Op == transform.OpCast && e.Args[0].IsLeaf() {
+		name = e.Keys()[0]
 	}
-	src, _ := dtype.FromSafetensors(tensor.DType) // validated when the header was read
-	name := key
-	if src.ONNX != target {
-		name = key + "::" + dtype.Name(target)
+	if e.Op == transform.OpCast {
+		name += "::" + e.To
 	}
-	if _, done := t.values[name]; done {
-		return name, nil
+	if v, ok := t.byExpr[e.Canonical()]; ok {
+		return v, nil
 	}
-	w := t.initializer(tensor, src)
-	w.Name = name
-	if src.ONNX != target {
-		if err := castable(src, target); err != nil {
-			return "", fmt.Errorf("tensor %s: %w", key, err)
-		}
-		t.b.Node(&onnxpb.NodeProto{
-			Name: "weights/" + name, OpType: "Cast", Input: []string{key}, Output: []string{name},
-			Attribute: []*onnxpb.AttributeProto{{Name: "to", Type: onnxpb.AttributeProto_INT, I: int64(target)}},
-		})
-		w.Transforms = []Transform{{Op: "cast", To: dtype.Name(target)}}
+	if _, taken := t.weights[name]; taken {
+		return "", fmt.Errorf("two different weights are both named %s", name)
 	}
-	t.values[name] = w
+	w := &pending{expr: e, spec: Weight{Name: name, DType: dtype.Name(e.Type.DType), Shape: e.Type.Shape, Sources: t.sources(e)}}
+	if !e.IsLeaf() {
+		w.spec.Transform = e
+	}
+	if err := t.place(w); err != nil {
+		return "", err
+	}
+	t.byExpr[e.Canonical()] = name
+	t.weights[name] = w
+	t.order = append(t.order, name)
 	return name, nil
 }
 
-// castable allows casts between float types only: an integer or packed
-// quantised tensor needs a dequantising transform, not a cast.
-func castable(src dtype.Info, to dtype.DType) error {
-	switch src.ONNX {
-	case onnxpb.TensorProto_FLOAT, onnxpb.TensorProto_FLOAT16, onnxpb.TensorProto_BFLOAT16, onnxpb.TensorProto_DOUBLE:
+// expression reads the binding, checks it against the checkpoint, and casts
+// the result to the dtype the function wants.
+func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
+	e := transform.Leaf(wb.GetKey())
+	if wb.GetWeight() != nil {
+		var err error
+		if e, err = transform.FromProto(wb.GetWeight()); err != nil {
+			return nil, err
+		}
+	}
+	target := t.compute
+	if wb.GetDtype() != "" {
+		var err error
+		if target, err = dtype.Parse(wb.GetDtype()); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Infer(t.lookup); err != nil {
+		return nil, t.located(e, err)
+	}
+	if e.Type.DType != target {
+		e = transform.Cast(e, dtype.Name(target))
+		if err := e.Infer(t.lookup); err != nil {
+			return nil, t.located(e, err)
+		}
+	}
+	return e, nil
+}
+
+// located adds to an expression's error where its tensors are stored.
+func (t *Table) located(e *transform.Expr, err error) error {
+	var where []string
+	for _, key := range e.Keys() {
+		if tensor, ok := t.ckpt.Tensor(key); ok {
+			where = append(where, fmt.Sprintf("%s in %s", key, tensor.Shard))
+		}
+	}
+	if len(where) == 0 {
+		return err
+	}
+	if len(where) > 3 {
+		where = append(where[:3], fmt.Sprintf("and %d more", len(where)-3))
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(where, ", "))
+}
+
+// lookup types a checkpoint tensor; its errors name the tensor.
+func (t *Table) lookup(key string) (transform.Type, error) {
+	tensor, ok := t.ckpt.Tensor(key)
+	if !ok {
+		return transform.Type{}, fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
+	}
+	info, _ := dtype.FromSafetensors(tensor.DType) // validated when the header was read
+	return transform.Type{DType: info.ONNX, Shape: tensor.Shape}, nil
+}
+
+func (t *Table) sources(e *transform.Expr) []Source {
+	var out []Source
+	for _, key := range e.Keys() {
+		tensor, _ := t.ckpt.Tensor(key)
+		out = append(out, Source{Key: key, File: t.checkpointFile(tensor.Shard), Offset: tensor.Offset,
+			Length: tensor.Length, DType: tensor.DType, Shape: tensor.Shape})
+	}
+	return out
+}
+
+// place puts a new weight in the graph: lowered over referenced tensors, or
+// as an initializer of materialised bytes.
+func (t *Table) place(w *pending) error {
+	if t.mode == Materialize {
+		t.inits[w.spec.Name] = &onnxpb.TensorProto{Name: w.spec.Name, DataType: int32(w.expr.Type.DType), Dims: w.expr.Type.Shape,
+			DataLocation: onnxpb.TensorProto_EXTERNAL}
+		t.b.Initializer(t.inits[w.spec.Name])
 		return nil
 	}
-	return fmt.Errorf("dtype %s cannot be cast to %s; it needs a dequantising transform", src.Name, dtype.Name(to))
-}
-
-// initializer adds the external-data initializer for tensor once and
-// returns its spec entry (without Name and Transforms).
-func (t *Table) initializer(tensor *checkpoint.Tensor, src dtype.Info) Weight {
-	file := t.file(tensor.Shard)
-	w := Weight{Initializer: tensor.Key, File: file, Key: tensor.Key, Offset: tensor.Offset,
-		Length: tensor.Length, DType: tensor.DType, Shape: tensor.Shape}
-	if t.inits[tensor.Key] {
-		return w
+	g := &tableGraph{t: t, prefix: "weights/" + w.spec.Name}
+	value, err := w.expr.Lower(g)
+	if err != nil {
+		return err
 	}
-	t.inits[tensor.Key] = true
-	t.b.Initializer(&onnxpb.TensorProto{
-		Name:         tensor.Key,
-		DataType:     int32(src.ONNX),
-		Dims:         tensor.Shape,
-		DataLocation: onnxpb.TensorProto_EXTERNAL,
-		ExternalData: []*onnxpb.StringStringEntryProto{
-			{Key: "location", Value: t.Files[file].Path},
-			{Key: "offset", Value: strconv.FormatInt(tensor.Offset, 10)},
-			{Key: "length", Value: strconv.FormatInt(tensor.Length, 10)},
-		},
-	})
-	return w
+	if value != w.spec.Name { // name the result as the spec does
+		g.last.Output[0] = w.spec.Name
+	}
+	return nil
 }
 
-func (t *Table) file(shard string) int {
-	if i, ok := t.files[shard]; ok {
+// tableGraph lets transform.Lower add nodes and initializers.
+type tableGraph struct {
+	t      *Table
+	prefix string
+	n      int
+	last   *onnxpb.NodeProto
+}
+
+func (g *tableGraph) Leaf(key string) (string, error) {
+	t := g.t
+	if _, done := t.inits[key]; done {
+		return key, nil
+	}
+	tensor, _ := t.ckpt.Tensor(key)
+	info, _ := dtype.FromSafetensors(tensor.DType)
+	init := &onnxpb.TensorProto{Name: key, DataType: int32(storedType(info.ONNX)), Dims: tensor.Shape,
+		DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: external(t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)}
+	t.inits[key] = init
+	t.b.Initializer(init)
+	return key, nil
+}
+
+func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
+	g.n++
+	out := fmt.Sprintf("%s/%s_%d", g.prefix, op, g.n)
+	g.last = &onnxpb.NodeProto{Name: out, OpType: op, Input: inputs, Output: []string{out}, Attribute: attrs}
+	g.t.b.Node(g.last)
+	return out
+}
+
+// storedType is how a stored tensor's type appears in an opset-17 graph:
+// FP8 as its bytes (opset 17 has no FP8 types; transforms decode them).
+func storedType(t dtype.DType) dtype.DType {
+	switch t {
+	case onnxpb.TensorProto_FLOAT8E4M3FN, onnxpb.TensorProto_FLOAT8E5M2, onnxpb.TensorProto_FLOAT8E8M0:
+		return onnxpb.TensorProto_UINT8
+	}
+	return t
+}
+
+func external(location string, offset, length int64) []*onnxpb.StringStringEntryProto {
+	return []*onnxpb.StringStringEntryProto{
+		{Key: "location", Value: location},
+		{Key: "offset", Value: strconv.FormatInt(offset, 10)},
+		{Key: "length", Value: strconv.FormatInt(length, 10)},
+	}
+}
+
+func (t *Table) checkpointFile(shard string) int {
+	p := path.Join(DataDir, shard)
+	if i, ok := t.files[p]; ok {
 		return i
 	}
 	sh, _ := t.ckpt.Shard(shard)
-	t.files[shard] = len(t.Files)
-	t.Files = append(t.Files, File{Path: path.Join(DataDir, shard), Source: shard, Size: sh.Size})
-	return t.files[shard]
+	return t.addFile(File{Path: p, Kind: KindCheckpoint, Source: shard, Size: sh.Size})
+}
+
+func (t *Table) addFile(f File) int {
+	t.files[f.Path] = len(t.Files)
+	t.Files = append(t.Files, f)
+	return t.files[f.Path]
 }
 
 // Weights lists every graph weight, sorted by name.
 func (t *Table) Weights() []Weight {
-	out := make([]Weight, 0, len(t.values))
-	for _, w := range t.values {
-		out = append(out, w)
+	out := make([]Weight, 0, len(t.weights))
+	for _, w := range t.weights {
+		out = append(out, w.spec)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

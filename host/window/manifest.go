@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -46,6 +47,9 @@ type Entry struct {
 	Inputs string `json:"inputs_sha256"`
 	// Output hashes the window file.
 	Output string `json:"output_sha256"`
+	// Files hashes other files the window needs (its materialised weights),
+	// by path relative to the output directory.
+	Files map[string]string `json:"files_sha256,omitempty"`
 }
 
 // Output is a finished file and its hash.
@@ -102,9 +106,31 @@ func (m *Manifest) Unchanged(dir string, s Span, inputs string) bool {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(e.File)))
-		return err == nil && Hash(data) == e.Output
+		if err != nil || Hash(data) != e.Output {
+			return false
+		}
+		for file, sum := range e.Files {
+			if got, err := HashFile(filepath.Join(dir, filepath.FromSlash(file))); err != nil || got != sum {
+				return false
+			}
+		}
+		return true
 	}
 	return false
+}
+
+// HashFile is the hex sha256 of a file's content, read in a stream.
+func HashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Hash is the hex sha256 of data.

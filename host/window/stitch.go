@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -138,10 +139,13 @@ func (s *stitcher) addInputs(g *onnxpb.GraphProto, first bool) {
 	}
 }
 
+// addInitializers adds each initializer once. Two windows may both hold a
+// shared weight (a tied embedding): referenced, the two are equal;
+// materialised, each window wrote its own copy, and the first serves both.
 func (s *stitcher) addInitializers(g *onnxpb.GraphProto) error {
 	for _, t := range g.GetInitializer() {
 		if prev, ok := s.inits[t.GetName()]; ok {
-			if !proto.Equal(prev, t) {
+			if !proto.Equal(prev, t) && !sameTensorType(prev, t) {
 				return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
 			}
 			continue
@@ -150,6 +154,11 @@ func (s *stitcher) addInitializers(g *onnxpb.GraphProto) error {
 		s.b.Initializer(t)
 	}
 	return nil
+}
+
+func sameTensorType(a, b *onnxpb.TensorProto) bool {
+	return a.GetDataType() == b.GetDataType() && slices.Equal(a.GetDims(), b.GetDims()) &&
+		a.GetDataLocation() == onnxpb.TensorProto_EXTERNAL && b.GetDataLocation() == onnxpb.TensorProto_EXTERNAL
 }
 
 func renamed(n *onnxpb.NodeProto, rename map[string]string) *onnxpb.NodeProto {

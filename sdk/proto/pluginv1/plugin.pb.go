@@ -1139,14 +1139,18 @@ func (x *LayerWeights) GetBindings() []*WeightBinding {
 	return nil
 }
 
-// Formal input `input` of the part's function is checkpoint tensor `key`.
+// Formal input `input` of the part's function is a checkpoint tensor (key),
+// or a transform of checkpoint tensors (weight), in dtype.
 type WeightBinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Input string                 `protobuf:"bytes,1,opt,name=input,proto3" json:"input,omitempty"`
-	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Shorthand for weight {key: key}: the tensor as stored.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The dtype the function wants: "" for the compute dtype, else an ONNX
 	// type name such as "float32". The host inserts the cast.
-	Dtype         string `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Dtype string `protobuf:"bytes,3,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	// A transform of checkpoint tensors; set instead of key.
+	Weight        *Weight `protobuf:"bytes,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1198,6 +1202,138 @@ func (x *WeightBinding) GetKey() string {
 func (x *WeightBinding) GetDtype() string {
 	if x != nil {
 		return x.Dtype
+	}
+	return ""
+}
+
+func (x *WeightBinding) GetWeight() *Weight {
+	if x != nil {
+		return x.Weight
+	}
+	return nil
+}
+
+// Weight is an expression over checkpoint tensors: a leaf names a tensor
+// (key); any other node applies op to args. The host lowers it either into
+// ONNX nodes over initializers that reference the checkpoint's bytes, or
+// computes it (--weights materialize); both give the same bits.
+//
+//	op             args                  parameters
+//	cast           1                     to (float32, float16, bfloat16)
+//	transpose      1                     ints = permutation
+//	reshape        1                     ints = new shape (no -1, no 0)
+//	stack          n, same shape         axis (a new axis)
+//	concat         n                     axis
+//	slice          1                     axis, start, end, step (end 0: to the end;
+//	                                     step 2 takes interleaved halves)
+//	mxfp4_dequant  blocks U8 [..., G, 16], scales U8 [..., G]   -> float32 [..., G*32]
+//	               (low nibble = even column; value = e2m1 * 2^(scale-127))
+//	fp8_dequant    weight F8_E4M3 [..., R, C], scale [..., R/bm, C/bn] or one value
+//	               (float32, bfloat16, or U8/F8_E8M0 exponents)   -> float32
+type Weight struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Op            string                 `protobuf:"bytes,2,opt,name=op,proto3" json:"op,omitempty"`
+	Args          []*Weight              `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Ints          []int64                `protobuf:"varint,4,rep,packed,name=ints,proto3" json:"ints,omitempty"`
+	Axis          int64                  `protobuf:"varint,5,opt,name=axis,proto3" json:"axis,omitempty"`
+	Start         int64                  `protobuf:"varint,6,opt,name=start,proto3" json:"start,omitempty"`
+	End           int64                  `protobuf:"varint,7,opt,name=end,proto3" json:"end,omitempty"`
+	Step          int64                  `protobuf:"varint,8,opt,name=step,proto3" json:"step,omitempty"`
+	To            string                 `protobuf:"bytes,9,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Weight) Reset() {
+	*x = Weight{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Weight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Weight) ProtoMessage() {}
+
+func (x *Weight) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Weight.ProtoReflect.Descriptor instead.
+func (*Weight) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Weight) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Weight) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Weight) GetArgs() []*Weight {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *Weight) GetInts() []int64 {
+	if x != nil {
+		return x.Ints
+	}
+	return nil
+}
+
+func (x *Weight) GetAxis() int64 {
+	if x != nil {
+		return x.Axis
+	}
+	return 0
+}
+
+func (x *Weight) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Weight) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Weight) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Weight) GetTo() string {
+	if x != nil {
+		return x.To
 	}
 	return ""
 }
@@ -1282,11 +1418,22 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\aweights\x18\x03 \x03(\v2\x1e.strata.plugin.v1.LayerWeightsR\aweights\"a\n" +
 	"\fLayerWeights\x12\x14\n" +
 	"\x05layer\x18\x01 \x01(\x05R\x05layer\x12;\n" +
-	"\bbindings\x18\x02 \x03(\v2\x1f.strata.plugin.v1.WeightBindingR\bbindings\"M\n" +
+	"\bbindings\x18\x02 \x03(\v2\x1f.strata.plugin.v1.WeightBindingR\bbindings\"\x7f\n" +
 	"\rWeightBinding\x12\x14\n" +
 	"\x05input\x18\x01 \x01(\tR\x05input\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05dtype\x18\x03 \x01(\tR\x05dtype2\xbc\x02\n" +
+	"\x05dtype\x18\x03 \x01(\tR\x05dtype\x120\n" +
+	"\x06weight\x18\x04 \x01(\v2\x18.strata.plugin.v1.WeightR\x06weight\"\xcc\x01\n" +
+	"\x06Weight\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x0e\n" +
+	"\x02op\x18\x02 \x01(\tR\x02op\x12,\n" +
+	"\x04args\x18\x03 \x03(\v2\x18.strata.plugin.v1.WeightR\x04args\x12\x12\n" +
+	"\x04ints\x18\x04 \x03(\x03R\x04ints\x12\x12\n" +
+	"\x04axis\x18\x05 \x01(\x03R\x04axis\x12\x14\n" +
+	"\x05start\x18\x06 \x01(\x03R\x05start\x12\x10\n" +
+	"\x03end\x18\a \x01(\x03R\x03end\x12\x12\n" +
+	"\x04step\x18\b \x01(\x03R\x04step\x12\x0e\n" +
+	"\x02to\x18\t \x01(\tR\x02to2\xbc\x02\n" +
 	"\fArchitecture\x12Q\n" +
 	"\bDescribe\x12!.strata.plugin.v1.DescribeRequest\x1a\".strata.plugin.v1.DescribeResponse\x12H\n" +
 	"\x05Check\x12\x1e.strata.plugin.v1.CheckRequest\x1a\x1f.strata.plugin.v1.CheckResponse\x12E\n" +
@@ -1305,7 +1452,7 @@ func file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP() []byte {
 	return file_sdk_proto_pluginv1_plugin_proto_rawDescData
 }
 
-var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),     // 0: strata.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),    // 1: strata.plugin.v1.DescribeResponse
@@ -1326,7 +1473,8 @@ var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*BuildResponse)(nil),       // 16: strata.plugin.v1.BuildResponse
 	(*LayerWeights)(nil),        // 17: strata.plugin.v1.LayerWeights
 	(*WeightBinding)(nil),       // 18: strata.plugin.v1.WeightBinding
-	(*onnx.FunctionProto)(nil),  // 19: strata.onnx.FunctionProto
+	(*Weight)(nil),              // 19: strata.plugin.v1.Weight
+	(*onnx.FunctionProto)(nil),  // 20: strata.onnx.FunctionProto
 }
 var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	2,  // 0: strata.plugin.v1.DescribeResponse.architectures:type_name -> strata.plugin.v1.ArchitectureSupport
@@ -1341,23 +1489,25 @@ var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	14, // 9: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
 	4,  // 10: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
 	8,  // 11: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	19, // 12: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
-	19, // 13: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
+	20, // 12: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
+	20, // 13: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
 	17, // 14: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
 	18, // 15: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
-	0,  // 16: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
-	6,  // 17: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
-	9,  // 18: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
-	15, // 19: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
-	1,  // 20: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
-	7,  // 21: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
-	10, // 22: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
-	16, // 23: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	19, // 16: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
+	19, // 17: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
+	0,  // 18: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
+	6,  // 19: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
+	9,  // 20: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
+	15, // 21: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
+	1,  // 22: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
+	7,  // 23: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
+	10, // 24: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
+	16, // 25: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sdk_proto_pluginv1_plugin_proto_init() }
@@ -1375,7 +1525,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_proto_pluginv1_plugin_proto_rawDesc), len(file_sdk_proto_pluginv1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

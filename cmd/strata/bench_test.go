@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/strata-llm/strata/internal/headeronly"
+)
+
+// BenchmarkMaterializePeakRSS exports, with --weights materialize, header-only
+// Llama checkpoints of 8, 32 and 128 layers (hidden 512, vocab 32000: a
+// 65 MB float32 embedding is the largest tensor) and reports the strata
+// process's peak RSS. It should stay flat as layers grow: one weight is in
+// memory at a time. Writes up to 1.7 GB; run with -benchtime=1x.
+func BenchmarkMaterializePeakRSS(b *testing.B) {
+	for _, layers := range []int{8, 32, 128} {
+		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) {
+			src := smallLlama(b, layers)
+			for range b.N {
+				out := filepath.Join(b.TempDir(), "out")
+				cmd := exec.Command(strataBin, "export", src, "--out", out, "--plugin-dir", llamaDir, "--weights", "materialize")
+				if msg, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v\n%s", err, msg)
+				}
+				rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
+				b.ReportMetric(float64(rss)/1024, "peak-RSS-MiB")
+				os.RemoveAll(out)
+			}
+		})
+	}
+}
+
+func smallLlama(b *testing.B, layers int) string {
+	b.Helper()
+	cfg, _ := json.Marshal(map[string]any{"model_type": "llama", "architectures": []string{"LlamaForCausalLM"},
+		"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": layers, "num_attention_heads": 8,
+		"num_key_value_heads": 2, "vocab_size": 32000, "rms_norm_eps": 1e-5})
+	tensors, err := headeronly.Tensors(cfg, "BF16")
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if _, err := headeronly.Write(dir, cfg, tensors, 5_000_000_000); err != nil {
+		b.Fatal(err)
+	}
+	return dir
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+)
+
+func convertBinCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "convert-bin",
+		Usage:     "convert a PyTorch .bin checkpoint to safetensors (no code in the pickles runs; anything but tensors is refused)",
+		ArgsUsage: "MODEL_DIR",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "`DIR` for the safetensors checkpoint (new, empty, or an earlier conversion)"},
+		},
+		Action: func(c *cli.Context) error {
+			dir, err := oneArg(c, "MODEL_DIR")
+			if err != nil {
+				return err
+			}
+			res, err := checkpoint.ConvertBin(dir, c.String("out"))
+			if err != nil {
+				return err
+			}
+			reportConversion(c, res)
+			return nil
+		},
+	}
+}
+
+func reportConversion(c *cli.Context, res *checkpoint.Converted) {
+	if res.Reused {
+		fmt.Fprintf(c.App.Writer, "reusing the safetensors conversion in %s (the .bin files are unchanged)\n", res.Dir)
+		return
+	}
+	fmt.Fprintf(c.App.Writer, "converted %d tensors in %s from .bin to safetensors in %s\n", res.Tensors, plural(res.Shards, "shard"), res.Dir)
+}
+
+// openCheckpoint opens MODEL_DIR, first converting a .bin checkpoint into
+// binTo when given.
+func openCheckpoint(c *cli.Context, dir, binTo string) (*checkpoint.Checkpoint, error) {
+	if checkpoint.IsBin(dir) {
+		if binTo == "" {
+			return nil, fmt.Errorf("%s is a PyTorch .bin checkpoint: pass --bin-to DIR to convert it to safetensors there once and export that (or run strata convert-bin first)", dir)
+		}
+		res, err := checkpoint.ConvertBin(dir, binTo)
+		if err != nil {
+			return nil, err
+		}
+		reportConversion(c, res)
+		dir = binTo
+	}
+	return checkpoint.Open(dir)
+}

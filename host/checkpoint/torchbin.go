@@ -1,0 +1,250 @@
+package checkpoint
+
+import (
+	"archive/zip"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/nlpodyssey/gopickle/pickle"
+	"github.com/nlpodyssey/gopickle/types"
+)
+
+// PyTorch .bin checkpoints are zip archives (torch.save): data.pkl, a pickle
+// of the state dict whose tensors point into storages stored uncompressed as
+// data/<key>. The pickle is read with github.com/nlpodyssey/gopickle, which
+// runs no Python; on top of that strata allows only what rebuilding tensors
+// needs and refuses any other global the pickle asks for.
+
+// RefusedError is a pickle asking for something beyond tensor rebuilding.
+type RefusedError struct {
+	File, Global string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("%s: the pickle asks for %s, which strata refuses to load (only tensors and dicts of them are allowed): the file is not a plain state dict, or is malicious", e.File, e.Global)
+}
+
+// binTensor is one tensor of a .bin file, located in a storage.
+type binTensor struct {
+	key     string
+	dtype   string // safetensors name
+	shape   []int64
+	stride  []int64
+	offset  int64 // in elements
+	storage string
+}
+
+// storageClass is torch.<T>Storage: which element type a storage holds.
+type storageClass struct{ dtype string }
+
+// storageRef is a persistent storage reference: data/<key> in the archive.
+type storageRef struct {
+	key   string
+	dtype string
+}
+
+var storageDTypes = map[string]string{
+	"FloatStorage": "F32", "HalfStorage": "F16", "BFloat16Storage": "BF16", "DoubleStorage": "F64",
+	"LongStorage": "I64", "IntStorage": "I32", "ShortStorage": "I16", "CharStorage": "I8",
+	"ByteStorage": "U8", "BoolStorage": "BOOL",
+	"Float8_e4m3fnStorage": "F8_E4M3", "Float8_e5m2Storage": "F8_E5M2",
+}
+
+// binArchive is an open .bin file.
+type binArchive struct {
+	path   string
+	zip    *zip.ReadCloser
+	prefix string // the archive's top directory
+}
+
+func openBin(p string) (*binArchive, []binTensor, error) {
+	z, err := zip.OpenReader(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not a zip-format PyTorch file (torch.save since 1.6): %w", p, err)
+	}
+	a := &binArchive{path: p, zip: z}
+	tensors, err := a.readPickle()
+	if err != nil {
+		z.Close()
+		return nil, nil, err
+	}
+	return a, tensors, nil
+}
+
+func (a *binArchive) Close() error { return a.zip.Close() }
+
+func (a *binArchive) find(name string) *zip.File {
+	for _, f := range a.zip.File {
+		if f.Name == a.prefix+name {
+			return f
+		}
+	}
+	return nil
+}
+
+func (a *binArchive) readPickle() ([]binTensor, error) {
+	for _, f := range a.zip.File {
+		if path.Base(f.Name) == "data.pkl" {
+			a.prefix = strings.TrimSuffix(f.Name, "data.pkl")
+		}
+	}
+	pkl := a.find("data.pkl")
+	if pkl == nil {
+		return nil, fmt.Errorf("%s: no data.pkl in the archive: not a torch.save file", a.path)
+	}
+	if order := a.find("byteorder"); order != nil {
+		if b, err := readZipFile(order); err != nil || strings.TrimSpace(string(b)) != "little" {
+			return nil, fmt.Errorf("%s: byte order %q; only little-endian checkpoints are supported", a.path, b)
+		}
+	}
+	data, err := readZipFile(pkl)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading data.pkl: %w", a.path, err)
+	}
+	u := pickle.NewUnpickler(strings.NewReader(string(data)))
+	var refused error
+	u.FindClass = func(module, name string) (any, error) {
+		c, err := allowedGlobal(module, name)
+		if err != nil {
+			refused = &RefusedError{File: a.path, Global: module + "." + name}
+			return nil, refused
+		}
+		return c, nil
+	}
+	u.PersistentLoad = persistentStorage
+	value, err := load(&u)
+	if refused != nil {
+		return nil, refused
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: invalid pickle: %w", a.path, err)
+	}
+	return stateDict(a.path, value)
+}
+
+// load runs the unpickler, turning a panic into an error: gopickle v0.2.0
+// indexes its opcode table out of range on some corrupt input.
+func load(u *pickle.Unpickler) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("corrupt pickle (%v)", r)
+		}
+	}()
+	return u.Load()
+}
+
+func readZipFile(f *zip.File) ([]byte, error) {
+	r, err := f.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// allowedGlobal returns what stands for the few globals a state dict needs.
+func allowedGlobal(module, name string) (any, error) {
+	switch module + "." + name {
+	case "torch._utils._rebuild_tensor_v2":
+		return rebuildTensor{}, nil
+	case "torch._utils._rebuild_parameter":
+		return rebuildParameter{}, nil
+	}
+	if dt, ok := storageDTypes[name]; ok && module == "torch" {
+		return storageClass{dt}, nil
+	}
+	return nil, errors.New("refused")
+}
+
+// persistentStorage reads ('storage', class, key, location, numel).
+func persistentStorage(pid any) (any, error) {
+	t, ok := pid.(*types.Tuple)
+	if !ok || t.Len() < 3 || t.Get(0) != "storage" {
+		return nil, fmt.Errorf("unexpected persistent id %v", pid)
+	}
+	class, ok1 := t.Get(1).(storageClass)
+	key, ok2 := t.Get(2).(string)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("unexpected storage reference %v", pid)
+	}
+	return storageRef{key: key, dtype: class.dtype}, nil
+}
+
+// rebuildTensor is torch._utils._rebuild_tensor_v2(storage, offset, size,
+// stride, requires_grad, backward_hooks, ...): it only records where the
+// tensor lives.
+type rebuildTensor struct{}
+
+func (rebuildTensor) Call(args ...any) (any, error) {
+	if len(args) < 4 {
+		return nil, fmt.Errorf("_rebuild_tensor_v2 with %d arguments", len(args))
+	}
+	st, ok := args[0].(storageRef)
+	offset, ok2 := args[1].(int)
+	shape, err1 := intTuple(args[2])
+	stride, err2 := intTuple(args[3])
+	if !ok || !ok2 || err1 != nil || err2 != nil || len(shape) != len(stride) {
+		return nil, fmt.Errorf("_rebuild_tensor_v2 with unexpected arguments")
+	}
+	return binTensor{dtype: st.dtype, shape: shape, stride: stride, offset: int64(offset), storage: st.key}, nil
+}
+
+// rebuildParameter is torch._utils._rebuild_parameter(data, ...): a
+// parameter is its tensor.
+type rebuildParameter struct{}
+
+func (rebuildParameter) Call(args ...any) (any, error) {
+	if len(args) < 1 {
+		return nil, fmt.Errorf("_rebuild_parameter without data")
+	}
+	if t, ok := args[0].(binTensor); ok {
+		return t, nil
+	}
+	return nil, fmt.Errorf("_rebuild_parameter of something that is not a tensor")
+}
+
+func intTuple(v any) ([]int64, error) {
+	t, ok := v.(*types.Tuple)
+	if !ok {
+		return nil, fmt.Errorf("not a tuple")
+	}
+	out := make([]int64, t.Len())
+	for i := range out {
+		n, ok := t.Get(i).(int)
+		if !ok {
+			return nil, fmt.Errorf("not an integer")
+		}
+		out[i] = int64(n)
+	}
+	return out, nil
+}
+
+// stateDict requires a dict of name -> tensor, in its order.
+func stateDict(file string, v any) ([]binTensor, error) {
+	var entries []types.DictEntry
+	switch d := v.(type) {
+	case *types.Dict:
+		entries = *d
+	case *types.OrderedDict:
+		for e := d.List.Front(); e != nil; e = e.Next() {
+			o := e.Value.(*types.OrderedDictEntry)
+			entries = append(entries, types.DictEntry{Key: o.Key, Value: o.Value})
+		}
+	default:
+		return nil, fmt.Errorf("%s: the pickle holds %T, not a state dict", file, v)
+	}
+	out := make([]binTensor, 0, len(entries))
+	for _, e := range entries {
+		key, ok := e.Key.(string)
+		t, ok2 := e.Value.(binTensor)
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("%s: state dict entry %v is not a named tensor", file, e.Key)
+		}
+		t.key = key
+		out = append(out, t)
+	}
+	return out, nil
+}

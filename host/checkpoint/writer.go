@@ -1,0 +1,166 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/sdk/dtype"
+)
+
+// Entry is one tensor of a safetensors file to write.
+type Entry struct {
+	Name  string
+	DType string // safetensors name
+	Shape []int64
+}
+
+// Writer streams a safetensors file: the header is written first from the
+// entries, then each tensor's data in entry order, so only one tensor is in
+// memory at a time. The file appears under its name only when Close
+// succeeds. (Written here, not with github.com/nlpodyssey/safetensors: that
+// library needs every tensor in memory at once and has no FP8 dtypes.)
+type Writer struct {
+	path, tmp string
+	f         *os.File
+	entries   []Entry
+	offsets   []int64 // absolute file offset of each entry's data
+	sizes     []int64
+	next      int
+}
+
+// CreateSafetensors starts path with the given tensors, in this order.
+func CreateSafetensors(path string, entries []Entry) (*Writer, error) {
+	l, err := Layout(entries)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{path: path, entries: entries, offsets: l.Offsets, sizes: l.Sizes}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), atomic.TempPrefix+filepath.Base(path)+"-*")
+	if err != nil {
+		return nil, err
+	}
+	w.f, w.tmp = f, f.Name()
+	var length [8]byte
+	binary.LittleEndian.PutUint64(length[:], uint64(len(l.Header)))
+	if _, err := f.Write(append(length[:], l.Header...)); err != nil {
+		w.Abort()
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	return w, nil
+}
+
+// FileLayout is where a safetensors file of given entries puts everything.
+type FileLayout struct {
+	Header  []byte  // the JSON header, padded
+	Offsets []int64 // absolute file offset of each entry's data
+	Sizes   []int64 // bytes of each entry
+	Size    int64   // the whole file
+}
+
+// Layout lays the data out contiguously in entry order and encodes the JSON
+// header, padded with spaces to a multiple of 8 bytes, without writing.
+func Layout(entries []Entry) (FileLayout, error) {
+	var l FileLayout
+	fields := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var at int64
+	for _, e := range entries {
+		info, ok := dtype.FromSafetensors(e.DType)
+		if !ok {
+			return l, fmt.Errorf("tensor %s: unknown dtype %q", e.Name, e.DType)
+		}
+		n := int64(1)
+		for _, d := range e.Shape {
+			n *= d
+		}
+		size := info.ByteSize(n)
+		shape := e.Shape
+		if shape == nil {
+			shape = []int64{}
+		}
+		fields[e.Name] = map[string]any{"dtype": e.DType, "shape": shape, "data_offsets": []int64{at, at + size}}
+		l.Offsets = append(l.Offsets, at)
+		l.Sizes = append(l.Sizes, size)
+		at += size
+	}
+	header, err := json.Marshal(fields)
+	if err != nil {
+		return l, err
+	}
+	if pad := (8 - len(header)%8) % 8; pad > 0 {
+		header = append(header, strings.Repeat(" ", pad)...)
+	}
+	l.Header = header
+	for i := range l.Offsets {
+		l.Offsets[i] += 8 + int64(len(header))
+	}
+	l.Size = 8 + int64(len(header)) + at
+	return l, nil
+}
+
+// Offset is the absolute file offset of entry i's data.
+func (w *Writer) Offset(i int) int64 { return w.offsets[i] }
+
+// Write writes the next tensor's data.
+func (w *Writer) Write(data []byte) error {
+	if w.next >= len(w.entries) {
+		return fmt.Errorf("%s: more tensors written than declared", w.path)
+	}
+	if int64(len(data)) != w.sizes[w.next] {
+		return fmt.Errorf("%s: tensor %s has %d bytes, declared %d", w.path, w.entries[w.next].Name, len(data), w.sizes[w.next])
+	}
+	if _, err := w.f.Write(data); err != nil {
+		return fmt.Errorf("writing %s: %w", w.path, err)
+	}
+	w.next++
+	return nil
+}
+
+// Close finishes the file and renames it into place.
+func (w *Writer) Close() error {
+	if w.next != len(w.entries) {
+		w.Abort()
+		return fmt.Errorf("%s: %d of %d tensors written", w.path, w.next, len(w.entries))
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("writing %s: %w", w.path, err)
+	}
+	if err := os.Rename(w.tmp, w.path); err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("writing %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Abort discards the unfinished file.
+func (w *Writer) Abort() {
+	w.f.Close()
+	os.Remove(w.tmp)
+}
+
+// ReadTensor reads a tensor's stored bytes (materialising reads data; an
+// export by reference never calls this).
+func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
+	t, ok := c.tensors[key]
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is not in the checkpoint", key)
+	}
+	f, err := os.Open(filepath.Join(c.Dir, t.Shard))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data := make([]byte, t.Length)
+	if _, err := f.ReadAt(data, t.Offset); err != nil {
+		return nil, fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
+	}
+	return data, nil
+}

@@ -1,0 +1,65 @@
+package weights
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/sdk/dtype"
+)
+
+// entries are the materialised weights as safetensors entries, in first-use order.
+func (t *Table) entries() []checkpoint.Entry {
+	out := make([]checkpoint.Entry, len(t.order))
+	for i, name := range t.order {
+		w := t.weights[name]
+		info, _ := dtype.Of(w.expr.Type.DType)
+		out[i] = checkpoint.Entry{Name: name, DType: info.Safetensors, Shape: w.expr.Type.Shape}
+	}
+	return out
+}
+
+// Layout fixes, in materialize mode, where each weight's bytes will be in
+// the data file, and records it in the initializers and the spec. Call it
+// after the last Value; it writes nothing.
+func (t *Table) Layout() error {
+	if t.mode != Materialize || len(t.order) == 0 {
+		return nil
+	}
+	l, err := checkpoint.Layout(t.entries())
+	if err != nil {
+		return err
+	}
+	file := t.addFile(File{Path: t.DataPath, Kind: KindMaterialized, Size: l.Size})
+	for i, name := range t.order {
+		t.inits[name].ExternalData = external(t.DataPath, l.Offsets[i], l.Sizes[i])
+		t.weights[name].spec.Data = &Location{File: file, Offset: l.Offsets[i], Length: l.Sizes[i]}
+	}
+	return nil
+}
+
+// Materialize computes every weight in Go from the checkpoint's bytes and
+// writes the data file at path, holding one weight (and its sources) in
+// memory at a time. The file appears only when complete.
+func (t *Table) Materialize(path string) error {
+	if t.mode != Materialize || len(t.order) == 0 {
+		return nil
+	}
+	w, err := checkpoint.CreateSafetensors(path, t.entries())
+	if err != nil {
+		return err
+	}
+	for _, name := range t.order {
+		data, err := t.weights[name].expr.Eval(t.ckpt.ReadTensor)
+		if err == nil {
+			err = w.Write(data.Bytes)
+		}
+		if err != nil {
+			w.Abort()
+			return fmt.Errorf("materialising %s: %w", name, err)
+		}
+	}
+	return w.Close()
+}
+
+// Materializing reports whether the table writes a data file.
+func (t *Table) Materializing() bool { return t.mode == Materialize && len(t.order) > 0 }

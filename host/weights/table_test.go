@@ -1,0 +1,159 @@
+package weights
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/sdk/build"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// source writes a small checkpoint: three BF16 experts, an F32 norm, U8 codes.
+func source(t *testing.T) *checkpoint.Checkpoint {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	entries := []checkpoint.Entry{
+		{Name: "experts.0.w", DType: "BF16", Shape: []int64{2, 3}},
+		{Name: "experts.1.w", DType: "BF16", Shape: []int64{2, 3}},
+		{Name: "experts.2.w", DType: "BF16", Shape: []int64{2, 3}},
+		{Name: "norm", DType: "F32", Shape: []int64{3}},
+		{Name: "codes", DType: "U8", Shape: []int64{4}},
+	}
+	w, err := checkpoint.CreateSafetensors(path, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range entries {
+		n := int64(1)
+		for _, d := range e.Shape {
+			n *= d
+		}
+		size := map[string]int64{"BF16": 2, "F32": 4, "U8": 1}[e.DType]
+		if err := w.Write(bytes.Repeat([]byte{byte(0x3f + i)}, int(n*size))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := checkpoint.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func stackBinding(input string) *pb.WeightBinding {
+	return &pb.WeightBinding{Input: input, Weight: build.StackWeights(0,
+		build.Tensor("experts.0.w"), build.Tensor("experts.1.w"), build.Tensor("experts.2.w"))}
+}
+
+func TestTableNamesDedupesAndRecords(t *testing.T) {
+	for _, mode := range Modes {
+		t.Run(mode, func(t *testing.T) {
+			b := graph.New("g")
+			tab := NewTable(source(t), onnxpb.TensorProto_FLOAT, b, mode, "weights/model.safetensors")
+			cases := []struct {
+				wb   *pb.WeightBinding
+				name string
+				want string
+			}{
+				{&pb.WeightBinding{Key: "norm"}, "layers.0/norm", "norm"},
+				{&pb.WeightBinding{Key: "experts.0.w"}, "layers.0/w", "experts.0.w::float32"},
+				{stackBinding("experts"), "layers.0/mlp.experts", "layers.0/mlp.experts::float32"},
+				{stackBinding("experts"), "layers.1/mlp.experts", "layers.0/mlp.experts::float32"}, // same weight, same value
+				{&pb.WeightBinding{Key: "norm", Dtype: "float16"}, "layers.0/n16", "norm::float16"},
+			}
+			for _, c := range cases {
+				got, err := tab.Value(c.wb, c.name)
+				if err != nil || got != c.want {
+					t.Errorf("Value(%v) = %q, %v; want %q", c.wb, got, err, c.want)
+				}
+			}
+			if err := tab.Layout(); err != nil {
+				t.Fatal(err)
+			}
+			ws := tab.Weights()
+			if len(ws) != 4 {
+				t.Fatalf("%d weights, want 4", len(ws))
+			}
+			for _, w := range ws {
+				if w.Name == "layers.0/mlp.experts::float32" {
+					if len(w.Sources) != 3 || w.Transform == nil || w.DType != "float32" || len(w.Shape) != 3 || w.Shape[0] != 3 {
+						t.Errorf("stacked weight recorded as %+v", w)
+					}
+				}
+				if (mode == Materialize) != (w.Data != nil) {
+					t.Errorf("%s: data location %+v in mode %s", w.Name, w.Data, mode)
+				}
+			}
+		})
+	}
+}
+
+func TestTableErrorsNameTensorAndFile(t *testing.T) {
+	tab := NewTable(source(t), onnxpb.TensorProto_FLOAT, graph.New("g"), Reference, "")
+	cases := map[string]struct {
+		wb   *pb.WeightBinding
+		want []string
+	}{
+		"missing":        {&pb.WeightBinding{Key: "nope"}, []string{"tensor nope", "missing from the checkpoint"}},
+		"bytes as float": {&pb.WeightBinding{Key: "codes"}, []string{"uint8 tensor cannot be cast", "codes in model.safetensors"}},
+		"bad stack": {&pb.WeightBinding{Weight: build.StackWeights(0, build.Tensor("experts.0.w"), build.Tensor("norm"))},
+			[]string{"argument 1 is float32", "norm in model.safetensors"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := tab.Value(c.wb, "w")
+			for _, want := range c.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("error %v, want %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Materialised bytes land exactly where the initializers and spec say.
+func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
+	src := source(t)
+	b := graph.New("g")
+	tab := NewTable(src, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
+	for _, wb := range []*pb.WeightBinding{stackBinding("e"), {Key: "norm"}} {
+		if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.Layout(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "weights", "model.safetensors")
+	if err := tab.Materialize(out); err != nil {
+		t.Fatal(err)
+	}
+	written, err := checkpoint.OpenFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range tab.Weights() {
+		got, ok := written.Tensor(w.Name)
+		if !ok || got.Offset != w.Data.Offset || got.Length != w.Data.Length {
+			t.Errorf("%s: written at %+v, spec says %+v", w.Name, got, w.Data)
+		}
+	}
+	for _, init := range b.Model(graph.Metadata{}).GetGraph().GetInitializer() {
+		w, _ := written.Tensor(init.GetName())
+		ext := map[string]string{}
+		for _, e := range init.GetExternalData() {
+			ext[e.GetKey()] = e.GetValue()
+		}
+		if ext["location"] != "weights/model.safetensors" || ext["offset"] == "" || w == nil {
+			t.Errorf("initializer %s: %v", init.GetName(), ext)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package transform
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// Data is a tensor's bytes, row-major and little-endian.
+type Data struct {
+	Type  Type
+	Bytes []byte
+}
+
+// Reader returns a checkpoint tensor's stored bytes.
+type Reader func(key string) ([]byte, error)
+
+// Eval computes e (after Infer) from the stored bytes, in Go: the
+// materialised lowering. It holds the arguments of one node and its result
+// at a time.
+func (e *Expr) Eval(read Reader) (Data, error) {
+	if e.IsLeaf() {
+		b, err := read(e.Key)
+		if err != nil {
+			return Data{}, err
+		}
+		if int64(len(b)) != e.Type.Bytes() {
+			return Data{}, fmt.Errorf("tensor %s: read %d bytes, want %d", e.Key, len(b), e.Type.Bytes())
+		}
+		return Data{e.Type, b}, nil
+	}
+	args := make([]Data, len(e.Args))
+	for i, a := range e.Args {
+		var err error
+		if args[i], err = a.Eval(read); err != nil {
+			return Data{}, err
+		}
+	}
+	out := evals[e.Op](e, args)
+	if int64(len(out)) != e.Type.Bytes() {
+		return Data{}, fmt.Errorf("%s produced %d bytes, want %d", e, len(out), e.Type.Bytes())
+	}
+	return Data{e.Type, out}, nil
+}
+
+var evals = map[string]func(*Expr, []Data) []byte{
+	OpCast:      evalCast,
+	OpTranspose: evalTranspose,
+	OpReshape:   func(_ *Expr, a []Data) []byte { return a[0].Bytes },
+	OpStack:     evalJoin,
+	OpConcat:    evalJoin,
+	OpSlice:     evalSlice,
+	OpMXFP4:     evalMXFP4,
+	OpFP8:       evalFP8,
+}
+
+func elemSize(t dtype.DType) int {
+	info, _ := dtype.Of(t)
+	return info.Bits / 8
+}
+
+func prod(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	return n
+}
+
+func evalCast(e *Expr, a []Data) []byte {
+	if a[0].Type.DType == e.Type.DType {
+		return a[0].Bytes
+	}
+	return fromFloat32(e.Type.DType, toFloat32(a[0].Type.DType, a[0].Bytes))
+}
+
+func evalTranspose(e *Expr, a []Data) []byte {
+	src, size := a[0], elemSize(a[0].Type.DType)
+	rank := len(src.Type.Shape)
+	out := make([]byte, len(src.Bytes))
+	srcStrides := strides(src.Type.Shape)
+	idx := make([]int64, rank) // index into the output
+	for o := int64(0); o < src.Type.Elements(); o++ {
+		var s int64
+		for i, p := range e.Ints {
+			s += idx[i] * srcStrides[p]
+		}
+		copy(out[o*int64(size):], src.Bytes[s*int64(size):(s+1)*int64(size)])
+		for i := rank - 1; i >= 0; i-- { // next output index
+			idx[i]++
+			if idx[i] < e.Type.Shape[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return out
+}
+
+func strides(shape []int64) []int64 {
+	s := make([]int64, len(shape))
+	acc := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = acc
+		acc *= shape[i]
+	}
+	return s
+}
+
+// evalJoin stacks (a new axis) or concatenates (an existing one): for each
+// index before the axis, each argument contributes its block in turn.
+func evalJoin(e *Expr, a []Data) []byte {
+	size := int64(elemSize(e.Type.DType))
+	outer := prod(e.Type.Shape[:e.Axis])
+	out := make([]byte, 0, e.Type.Bytes())
+	for o := int64(0); o < outer; o++ {
+		for _, arg := range a {
+			inner := prod(arg.Type.Shape[e.Axis:]) * size
+			out = append(out, arg.Bytes[o*inner:(o+1)*inner]...)
+		}
+	}
+	return out
+}
+
+func evalSlice(e *Expr, a []Data) []byte {
+	src := a[0]
+	size := int64(elemSize(src.Type.DType))
+	outer := prod(src.Type.Shape[:e.Axis])
+	dim := src.Type.Shape[e.Axis]
+	inner := prod(src.Type.Shape[e.Axis+1:]) * size
+	out := make([]byte, 0, e.Type.Bytes())
+	for o := int64(0); o < outer; o++ {
+		for i := e.Start; i < e.End; i += e.Step {
+			at := (o*dim + i) * inner
+			out = append(out, src.Bytes[at:at+inner]...)
+		}
+	}
+	return out
+}
+
+func evalMXFP4(_ *Expr, a []Data) []byte {
+	blocks, scales := a[0].Bytes, toFloat32(a[1].Type.DType, a[1].Bytes)
+	out := make([]byte, 4*32*len(scales))
+	for g, f := range scales {
+		for b := range 16 {
+			code := blocks[16*g+b]
+			binary.LittleEndian.PutUint32(out[4*(32*g+2*b):], math.Float32bits(fp4Values[code&0x0f]*f))
+			binary.LittleEndian.PutUint32(out[4*(32*g+2*b+1):], math.Float32bits(fp4Values[code>>4]*f))
+		}
+	}
+	return out
+}
+
+func evalFP8(e *Expr, a []Data) []byte {
+	w, s := a[0], a[1]
+	vals := toFloat32(w.Type.DType, w.Bytes)
+	scale := toFloat32(s.Type.DType, s.Bytes)
+	if len(scale) == 1 {
+		for i := range vals {
+			vals[i] *= scale[0]
+		}
+		return fromFloat32(onnxpb.TensorProto_FLOAT, vals)
+	}
+	r := len(w.Type.Shape)
+	rows, cols := w.Type.Shape[r-2], w.Type.Shape[r-1]
+	srows, scols := s.Type.Shape[r-2], s.Type.Shape[r-1]
+	bm, bn := rows/srows, cols/scols
+	for i := range vals {
+		p, rc := int64(i)/(rows*cols), int64(i)%(rows*cols)
+		row, col := rc/cols, rc%cols
+		vals[i] *= scale[p*srows*scols+(row/bm)*scols+col/bn]
+	}
+	return fromFloat32(onnxpb.TensorProto_FLOAT, vals)
+}

@@ -1,0 +1,399 @@
+// Package transform is the vocabulary that turns checkpoint tensors into the
+// weights a graph wants — cast, transpose, reshape, stack, concat, slice,
+// mxfp4_dequant, fp8_dequant — with two lowerings that give the same bits:
+// ONNX nodes over the referenced tensors (Lower) and a Go computation over
+// their bytes (Eval).
+package transform
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// Operations.
+const (
+	OpCast      = "cast"
+	OpTranspose = "transpose"
+	OpReshape   = "reshape"
+	OpStack     = "stack"
+	OpConcat    = "concat"
+	OpSlice     = "slice"
+	OpMXFP4     = "mxfp4_dequant"
+	OpFP8       = "fp8_dequant"
+)
+
+// Type is a tensor's element type and shape.
+type Type struct {
+	DType dtype.DType
+	Shape []int64
+}
+
+// Elements is the number of elements.
+func (t Type) Elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Bytes is the size of the data.
+func (t Type) Bytes() int64 {
+	info, _ := dtype.Of(t.DType)
+	return info.ByteSize(t.Elements())
+}
+
+func (t Type) String() string {
+	return fmt.Sprintf("%s%v", dtype.Name(t.DType), t.Shape)
+}
+
+// Expr is a weight expression: a checkpoint tensor (Key) or Op over Args.
+// Infer fills Type on every node.
+type Expr struct {
+	Key  string  `json:"key,omitempty"`
+	Op   string  `json:"op,omitempty"`
+	Args []*Expr `json:"args,omitempty"`
+	// Parameters, by op: Ints (transpose perm, reshape shape), Axis (stack,
+	// concat, slice), Start/End/Step (slice), To (cast).
+	Ints  []int64 `json:"ints,omitempty"`
+	Axis  int64   `json:"axis,omitempty"`
+	Start int64   `json:"start,omitempty"`
+	End   int64   `json:"end,omitempty"`
+	Step  int64   `json:"step,omitempty"`
+	To    string  `json:"to,omitempty"`
+
+	Type Type `json:"-"`
+}
+
+// Leaf is the checkpoint tensor key, as stored.
+func Leaf(key string) *Expr { return &Expr{Key: key} }
+
+// Cast wraps e in a cast to dtype to (a user-facing name).
+func Cast(e *Expr, to string) *Expr { return &Expr{Op: OpCast, Args: []*Expr{e}, To: to} }
+
+// FromProto converts a plugin's weight expression.
+func FromProto(w *pb.Weight) (*Expr, error) {
+	if w == nil {
+		return nil, fmt.Errorf("empty weight expression")
+	}
+	if (w.GetKey() == "") == (w.GetOp() == "") {
+		return nil, fmt.Errorf("a weight expression names either a key or an op, not %s", describe(w))
+	}
+	e := &Expr{Key: w.GetKey(), Op: w.GetOp(), Ints: w.GetInts(), Axis: w.GetAxis(),
+		Start: w.GetStart(), End: w.GetEnd(), Step: w.GetStep(), To: w.GetTo()}
+	for _, a := range w.GetArgs() {
+		arg, err := FromProto(a)
+		if err != nil {
+			return nil, err
+		}
+		e.Args = append(e.Args, arg)
+	}
+	return e, nil
+}
+
+func describe(w *pb.Weight) string {
+	return fmt.Sprintf("key %q op %q", w.GetKey(), w.GetOp())
+}
+
+// IsLeaf reports whether e is a checkpoint tensor as stored.
+func (e *Expr) IsLeaf() bool { return e.Op == "" }
+
+// Keys lists the checkpoint tensors e reads, in order, each once.
+func (e *Expr) Keys() []string {
+	var keys []string
+	e.walk(func(x *Expr) {
+		if x.IsLeaf() && !slices.Contains(keys, x.Key) {
+			keys = append(keys, x.Key)
+		}
+	})
+	return keys
+}
+
+func (e *Expr) walk(fn func(*Expr)) {
+	fn(e)
+	for _, a := range e.Args {
+		a.walk(fn)
+	}
+}
+
+// Canonical is a string that equals another's exactly when both
+// expressions compute the same thing from the same tensors.
+func (e *Expr) Canonical() string {
+	data, _ := json.Marshal(e)
+	return string(data)
+}
+
+// String is a short human description: op(args) with keys abbreviated.
+func (e *Expr) String() string {
+	if e.IsLeaf() {
+		return e.Key
+	}
+	args := make([]string, len(e.Args))
+	for i, a := range e.Args {
+		args[i] = a.String()
+	}
+	if len(args) > 3 {
+		args = append(args[:2], fmt.Sprintf("... %d more", len(args)-2))
+	}
+	return fmt.Sprintf("%s(%s)", e.Op, strings.Join(args, ", "))
+}
+
+// Lookup gives the stored type of a checkpoint tensor.
+type Lookup func(key string) (Type, error)
+
+// Infer checks e against the stored tensors and fills every node's Type.
+// Errors name the operation and what is wrong.
+func (e *Expr) Infer(lookup Lookup) error {
+	if e.IsLeaf() {
+		t, err := lookup(e.Key)
+		if err != nil {
+			return err
+		}
+		e.Type = t
+		return nil
+	}
+	for _, a := range e.Args {
+		if err := a.Infer(lookup); err != nil {
+			return err
+		}
+	}
+	rule, ok := rules[e.Op]
+	if !ok {
+		return fmt.Errorf("unknown weight transform %q (known: %s)", e.Op, strings.Join(opNames(), ", "))
+	}
+	if len(e.Args) < rule.minArgs || rule.maxArgs > 0 && len(e.Args) > rule.maxArgs {
+		return fmt.Errorf("%s takes %s, got %d", e.Op, rule.argsText(), len(e.Args))
+	}
+	t, err := rule.infer(e)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e, err)
+	}
+	e.Type = t
+	return nil
+}
+
+type rule struct {
+	minArgs, maxArgs int // maxArgs 0: no limit
+	infer            func(*Expr) (Type, error)
+}
+
+func (r rule) argsText() string {
+	switch {
+	case r.maxArgs == 0:
+		return fmt.Sprintf("at least %d arguments", r.minArgs)
+	case r.minArgs == r.maxArgs:
+		return fmt.Sprintf("%d argument(s)", r.minArgs)
+	default:
+		return fmt.Sprintf("%d to %d arguments", r.minArgs, r.maxArgs)
+	}
+}
+
+var rules map[string]rule
+
+func init() {
+	rules = map[string]rule{
+		OpCast:      {1, 1, inferCast},
+		OpTranspose: {1, 1, inferTranspose},
+		OpReshape:   {1, 1, inferReshape},
+		OpStack:     {1, 0, inferStack},
+		OpConcat:    {1, 0, inferConcat},
+		OpSlice:     {1, 1, inferSlice},
+		OpMXFP4:     {2, 2, inferMXFP4},
+		OpFP8:       {2, 2, inferFP8},
+	}
+}
+
+func opNames() []string {
+	names := make([]string, 0, len(rules))
+	for n := range rules {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Float element types a cast reads or writes.
+var castTargets = []dtype.DType{onnxpb.TensorProto_FLOAT, onnxpb.TensorProto_FLOAT16, onnxpb.TensorProto_BFLOAT16}
+
+func inferCast(e *Expr) (Type, error) {
+	to, err := dtype.Parse(e.To)
+	if err != nil || !slices.Contains(castTargets, to) {
+		return Type{}, fmt.Errorf("cast to %q: use float32, float16 or bfloat16", e.To)
+	}
+	src := e.Args[0].Type
+	if !isFloat(src.DType) && !isFP8(src.DType) {
+		return Type{}, fmt.Errorf("a %s tensor cannot be cast to %s; it needs a dequantising transform", dtype.Name(src.DType), e.To)
+	}
+	return Type{to, src.Shape}, nil
+}
+
+func inferTranspose(e *Expr) (Type, error) {
+	src := e.Args[0].Type
+	if len(e.Ints) != len(src.Shape) {
+		return Type{}, fmt.Errorf("permutation %v for a rank-%d tensor", e.Ints, len(src.Shape))
+	}
+	shape := make([]int64, len(src.Shape))
+	seen := make([]bool, len(src.Shape))
+	for i, p := range e.Ints {
+		if p < 0 || int(p) >= len(src.Shape) || seen[p] {
+			return Type{}, fmt.Errorf("%v is not a permutation of 0..%d", e.Ints, len(src.Shape)-1)
+		}
+		seen[p] = true
+		shape[i] = src.Shape[p]
+	}
+	return Type{src.DType, shape}, nil
+}
+
+func inferReshape(e *Expr) (Type, error) {
+	src := e.Args[0].Type
+	n := int64(1)
+	for _, d := range e.Ints {
+		if d <= 0 {
+			return Type{}, fmt.Errorf("shape %v: every dimension must be positive", e.Ints)
+		}
+		n *= d
+	}
+	if n != src.Elements() {
+		return Type{}, fmt.Errorf("cannot reshape %v (%d elements) to %v (%d)", src.Shape, src.Elements(), e.Ints, n)
+	}
+	return Type{src.DType, e.Ints}, nil
+}
+
+// sameArgs requires every argument to have the first's dtype, and returns it.
+func sameArgs(e *Expr) (Type, error) {
+	first := e.Args[0].Type
+	for i, a := range e.Args[1:] {
+		if a.Type.DType != first.DType {
+			return Type{}, fmt.Errorf("argument %d is %s, argument 0 %s", i+1, a.Type, first)
+		}
+	}
+	return first, nil
+}
+
+func normAxis(axis int64, rank int) (int64, error) {
+	if axis < 0 {
+		axis += int64(rank)
+	}
+	if axis < 0 || axis >= int64(rank) {
+		return 0, fmt.Errorf("axis %d out of range for rank %d", axis, rank)
+	}
+	return axis, nil
+}
+
+func inferStack(e *Expr) (Type, error) {
+	first, err := sameArgs(e)
+	if err != nil {
+		return Type{}, err
+	}
+	for i, a := range e.Args[1:] {
+		if !slices.Equal(a.Type.Shape, first.Shape) {
+			return Type{}, fmt.Errorf("argument %d has shape %v, argument 0 %v", i+1, a.Type.Shape, first.Shape)
+		}
+	}
+	axis, err := normAxis(e.Axis, len(first.Shape)+1)
+	if err != nil {
+		return Type{}, err
+	}
+	e.Axis = axis
+	shape := slices.Insert(slices.Clone(first.Shape), int(axis), int64(len(e.Args)))
+	return Type{first.DType, shape}, nil
+}
+
+func inferConcat(e *Expr) (Type, error) {
+	first, err := sameArgs(e)
+	if err != nil {
+		return Type{}, err
+	}
+	axis, err := normAxis(e.Axis, len(first.Shape))
+	if err != nil {
+		return Type{}, err
+	}
+	e.Axis = axis
+	shape := slices.Clone(first.Shape)
+	shape[axis] = 0
+	for i, a := range e.Args {
+		other := slices.Clone(a.Type.Shape)
+		if len(other) != len(shape) {
+			return Type{}, fmt.Errorf("argument %d has rank %d, argument 0 %d", i, len(other), len(shape))
+		}
+		shape[axis] += other[axis]
+		other[axis] = first.Shape[axis]
+		if !slices.Equal(other, first.Shape) {
+			return Type{}, fmt.Errorf("argument %d has shape %v, incompatible with %v along axis %d", i, a.Type.Shape, first.Shape, axis)
+		}
+	}
+	return Type{first.DType, shape}, nil
+}
+
+func inferSlice(e *Expr) (Type, error) {
+	src := e.Args[0].Type
+	axis, err := normAxis(e.Axis, len(src.Shape))
+	if err != nil {
+		return Type{}, err
+	}
+	e.Axis = axis
+	dim := src.Shape[axis]
+	if e.Step == 0 {
+		e.Step = 1
+	}
+	if e.End == 0 {
+		e.End = dim
+	}
+	if e.Step < 1 || e.Start < 0 || e.Start >= e.End || e.End > dim {
+		return Type{}, fmt.Errorf("slice [%d:%d:%d] of a dimension of %d", e.Start, e.End, e.Step, dim)
+	}
+	shape := slices.Clone(src.Shape)
+	shape[axis] = (e.End - e.Start + e.Step - 1) / e.Step
+	return Type{src.DType, shape}, nil
+}
+
+func inferMXFP4(e *Expr) (Type, error) {
+	blocks, scales := e.Args[0].Type, e.Args[1].Type
+	if blocks.DType != onnxpb.TensorProto_UINT8 || !isExponent(scales.DType) {
+		return Type{}, fmt.Errorf("needs U8 blocks and U8 (or F8_E8M0) scales, got %s and %s", blocks, scales)
+	}
+	r := len(blocks.Shape)
+	if r < 2 || blocks.Shape[r-1] != 16 || !slices.Equal(blocks.Shape[:r-1], scales.Shape) {
+		return Type{}, fmt.Errorf("blocks must be [..., G, 16] and scales [..., G]; got %v and %v", blocks.Shape, scales.Shape)
+	}
+	shape := slices.Clone(blocks.Shape[:r-1])
+	shape[r-2] *= 32
+	return Type{onnxpb.TensorProto_FLOAT, shape}, nil
+}
+
+func inferFP8(e *Expr) (Type, error) {
+	w, s := e.Args[0].Type, e.Args[1].Type
+	if !isFP8(w.DType) || w.DType == onnxpb.TensorProto_FLOAT8E8M0 {
+		return Type{}, fmt.Errorf("needs an F8_E4M3 or F8_E5M2 weight, got %s", w)
+	}
+	if !isFloat(s.DType) && !isExponent(s.DType) {
+		return Type{}, fmt.Errorf("needs a float32, bfloat16 or exponent (U8, F8_E8M0) scale, got %s", s)
+	}
+	if s.Elements() == 1 {
+		return Type{onnxpb.TensorProto_FLOAT, w.Shape}, nil
+	}
+	r := len(w.Shape)
+	if r < 2 || len(s.Shape) != r || !slices.Equal(s.Shape[:r-2], w.Shape[:r-2]) ||
+		s.Shape[r-2] == 0 || s.Shape[r-1] == 0 || w.Shape[r-2]%s.Shape[r-2] != 0 || w.Shape[r-1]%s.Shape[r-1] != 0 {
+		return Type{}, fmt.Errorf("scale %v is not a block grid of weight %v (each weight dimension a multiple of the scale's)", s.Shape, w.Shape)
+	}
+	return Type{onnxpb.TensorProto_FLOAT, w.Shape}, nil
+}
+
+func isFloat(t dtype.DType) bool {
+	return slices.Contains(castTargets, t) || t == onnxpb.TensorProto_DOUBLE
+}
+
+func isFP8(t dtype.DType) bool {
+	return t == onnxpb.TensorProto_FLOAT8E4M3FN || t == onnxpb.TensorProto_FLOAT8E5M2 || t == onnxpb.TensorProto_FLOAT8E8M0
+}
+
+func isExponent(t dtype.DType) bool {
+	return t == onnxpb.TensorProto_UINT8 || t == onnxpb.TensorProto_FLOAT8E8M0
+}

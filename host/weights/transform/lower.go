@@ -1,0 +1,159 @@
+package transform
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+// Graph is where Lower writes: the host's model under construction.
+type Graph interface {
+	// Leaf returns the value holding checkpoint tensor key as stored (an
+	// FP8 tensor as UINT8: opset 17 has no FP8 types).
+	Leaf(key string) (string, error)
+	// Node adds a default-domain node with one output and returns it.
+	Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string
+}
+
+// Lower writes e (after Infer) as ONNX nodes over the referenced tensors:
+// the in-graph lowering. It returns the value holding the result.
+func (e *Expr) Lower(g Graph) (string, error) {
+	if e.IsLeaf() {
+		return g.Leaf(e.Key)
+	}
+	args := make([]string, len(e.Args))
+	for i, a := range e.Args {
+		var err error
+		if args[i], err = a.Lower(g); err != nil {
+			return "", err
+		}
+	}
+	l := lowering{g}
+	switch e.Op {
+	case OpCast:
+		return l.cast(args[0], e.Args[0].Type.DType, e.Type.DType), nil
+	case OpTranspose:
+		return g.Node("Transpose", args, ints("perm", e.Ints...)), nil
+	case OpReshape:
+		return l.reshape(args[0], e.Type.Shape), nil
+	case OpStack:
+		for i, a := range args {
+			args[i] = g.Node("Unsqueeze", []string{a, l.int64s(e.Axis)})
+		}
+		return g.Node("Concat", args, intAttr("axis", e.Axis)), nil
+	case OpConcat:
+		return g.Node("Concat", args, intAttr("axis", e.Axis)), nil
+	case OpSlice:
+		return g.Node("Slice", []string{args[0], l.int64s(e.Start), l.int64s(e.End), l.int64s(e.Axis), l.int64s(e.Step)}), nil
+	case OpMXFP4:
+		return l.mxfp4(e, args), nil
+	default: // OpFP8, checked by Infer
+		return l.fp8(e, args), nil
+	}
+}
+
+type lowering struct{ g Graph }
+
+func (l lowering) const_(t *onnxpb.TensorProto) string {
+	return l.g.Node("Constant", nil, &onnxpb.AttributeProto{Name: "value", Type: onnxpb.AttributeProto_TENSOR, T: t})
+}
+
+func (l lowering) int64s(v ...int64) string {
+	raw := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
+	}
+	return l.const_(&onnxpb.TensorProto{Dims: []int64{int64(len(v))}, DataType: int32(onnxpb.TensorProto_INT64), RawData: raw})
+}
+
+func (l lowering) int32Scalar(v int32) string {
+	raw := binary.LittleEndian.AppendUint32(nil, uint32(v))
+	return l.const_(&onnxpb.TensorProto{DataType: int32(onnxpb.TensorProto_INT32), RawData: raw})
+}
+
+func (l lowering) table(v []float32) string {
+	raw := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
+	}
+	return l.const_(&onnxpb.TensorProto{Dims: []int64{int64(len(v))}, DataType: int32(onnxpb.TensorProto_FLOAT), RawData: raw})
+}
+
+func (l lowering) reshape(x string, shape []int64) string {
+	return l.g.Node("Reshape", []string{x, l.int64s(shape...)})
+}
+
+// decode looks one-byte codes (FP8 formats, exponents) up in their float32
+// table.
+func (l lowering) decode(x string, t dtype.DType) string {
+	table := codeTable(t)
+	idx := l.g.Node("Cast", []string{x}, intAttr("to", int64(onnxpb.TensorProto_INT32)))
+	return l.g.Node("Gather", []string{l.table(table[:]), idx}, intAttr("axis", 0))
+}
+
+// toFloat32 brings any float or one-byte code tensor to float32.
+func (l lowering) toFloat32(x string, t dtype.DType) string {
+	switch {
+	case t == onnxpb.TensorProto_FLOAT:
+		return x
+	case isFloat(t):
+		return l.g.Node("Cast", []string{x}, intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+	default:
+		return l.decode(x, t)
+	}
+}
+
+func (l lowering) cast(x string, from, to dtype.DType) string {
+	if from == to {
+		return x
+	}
+	if isFP8(from) {
+		x, from = l.decode(x, from), onnxpb.TensorProto_FLOAT
+		if to == from {
+			return x
+		}
+	}
+	return l.g.Node("Cast", []string{x}, intAttr("to", int64(to)))
+}
+
+// mxfp4 decodes [..., G, 16] blocks: each byte's low nibble is the even
+// column, its high nibble the odd one, times 2^(scale-127).
+func (l lowering) mxfp4(e *Expr, args []string) string {
+	blocks := e.Args[0].Type.Shape
+	codes := l.g.Node("Cast", []string{args[0]}, intAttr("to", int64(onnxpb.TensorProto_INT32)))
+	sixteen := l.int32Scalar(16)
+	fp4 := l.table(fp4Values[:])
+	low := l.g.Node("Gather", []string{fp4, l.g.Node("Mod", []string{codes, sixteen})}, intAttr("axis", 0))
+	high := l.g.Node("Gather", []string{fp4, l.g.Node("Div", []string{codes, sixteen})}, intAttr("axis", 0))
+	last := l.int64s(-1)
+	pairs := l.g.Node("Concat", []string{l.g.Node("Unsqueeze", []string{low, last}), l.g.Node("Unsqueeze", []string{high, last})}, intAttr("axis", -1))
+	grouped := append(append([]int64{}, blocks[:len(blocks)-1]...), 32) // [..., G, 32]
+	scale := l.g.Node("Unsqueeze", []string{l.decode(args[1], e.Args[1].Type.DType), last})
+	return l.reshape(l.g.Node("Mul", []string{l.reshape(pairs, grouped), scale}), e.Type.Shape)
+}
+
+// fp8 multiplies the decoded weight by its scale, one value or one per
+// block of the [..., R, C] grid, in float32 as transformers does.
+func (l lowering) fp8(e *Expr, args []string) string {
+	wt, st := e.Args[0].Type, e.Args[1].Type
+	w, s := l.decode(args[0], wt.DType), l.toFloat32(args[1], st.DType)
+	if st.Elements() == 1 {
+		return l.g.Node("Mul", []string{w, l.reshape(s, []int64{1})})
+	}
+	r := len(wt.Shape)
+	rows, cols, srows, scols := wt.Shape[r-2], wt.Shape[r-1], st.Shape[r-2], st.Shape[r-1]
+	lead := prod(wt.Shape[:r-2])
+	blocked := l.reshape(w, []int64{lead, srows, rows / srows, scols, cols / scols})
+	scale := l.reshape(s, []int64{lead, srows, 1, scols, 1})
+	return l.reshape(l.g.Node("Mul", []string{blocked, scale}), wt.Shape)
+}
+
+func intAttr(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_INT, I: v}
+}
+
+func ints(name string, v ...int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_INTS, Ints: v}
+}

@@ -1,0 +1,176 @@
+package transform
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/internal/testbin"
+	"github.com/strata-llm/strata/sdk/dtype"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
+)
+
+func lookupIn(ckpt *checkpoint.Checkpoint) Lookup {
+	return func(key string) (Type, error) {
+		t, ok := ckpt.Tensor(key)
+		if !ok {
+			return Type{}, os.ErrNotExist
+		}
+		info, _ := dtype.FromSafetensors(t.DType)
+		return Type{info.ONNX, t.Shape}, nil
+	}
+}
+
+// The Go lowering reproduces transformers' MXFP4 and FP8 dequantisation bit
+// for bit (the fixture holds transformers' outputs; see generate.py).
+func TestEvalMatchesTransformers(t *testing.T) {
+	dir := filepath.Join(testbin.Root(), "conformance", "fixtures", "transforms")
+	data, err := os.ReadFile(filepath.Join(dir, "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name     string `json:"name"`
+		Expr     *Expr  `json:"expr"`
+		Expected string `json:"expected"`
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := checkpoint.OpenFile(filepath.Join(dir, "inputs.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			if err := c.Expr.Infer(lookupIn(ckpt)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.Expr.Eval(ckpt.ReadTensor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ckpt.ReadTensor(c.Expected)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameFloats(got.Type.DType, got.Bytes, want) {
+				t.Errorf("%s differs from transformers", c.Expr)
+			}
+		})
+	}
+}
+
+// sameFloats compares bit for bit, any NaN equal to any NaN.
+func sameFloats(t dtype.DType, a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := toFloat32(t, a), toFloat32(t, b)
+	for i := range x {
+		if math.Float32bits(x[i]) != math.Float32bits(y[i]) && !(x[i] != x[i] && y[i] != y[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDecodeTables(t *testing.T) {
+	cases := map[string]struct {
+		t    dtype.DType
+		b    uint8
+		want float64
+	}{
+		"e4m3 one":       {onnxpb.TensorProto_FLOAT8E4M3FN, 0x38, 1},
+		"e4m3 max":       {onnxpb.TensorProto_FLOAT8E4M3FN, 0x7e, 448},
+		"e4m3 min sub":   {onnxpb.TensorProto_FLOAT8E4M3FN, 0x01, math.Ldexp(1, -9)},
+		"e4m3 negative":  {onnxpb.TensorProto_FLOAT8E4M3FN, 0xb8, -1},
+		"e5m2 one":       {onnxpb.TensorProto_FLOAT8E5M2, 0x3c, 1},
+		"e5m2 max":       {onnxpb.TensorProto_FLOAT8E5M2, 0x7b, 57344},
+		"e5m2 inf":       {onnxpb.TensorProto_FLOAT8E5M2, 0x7c, math.Inf(1)},
+		"e8m0 one":       {onnxpb.TensorProto_FLOAT8E8M0, 127, 1},
+		"exponent byte":  {onnxpb.TensorProto_UINT8, 130, 8},
+		"exponent 2^128": {onnxpb.TensorProto_UINT8, 255, math.Inf(1)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := codeTable(tc.t)[tc.b]; float64(got) != tc.want {
+				t.Errorf("decode %#x = %g, want %g", tc.b, got, tc.want)
+			}
+		})
+	}
+	for _, nan := range []struct {
+		t dtype.DType
+		b uint8
+	}{{onnxpb.TensorProto_FLOAT8E4M3FN, 0x7f}, {onnxpb.TensorProto_FLOAT8E4M3FN, 0xff}, {onnxpb.TensorProto_FLOAT8E5M2, 0x7d}, {onnxpb.TensorProto_FLOAT8E8M0, 255}} {
+		if v := codeTable(nan.t)[nan.b]; v == v {
+			t.Errorf("%s %#x decodes to %g, want NaN", dtype.Name(nan.t), nan.b, v)
+		}
+	}
+}
+
+func TestBFloat16RoundsToNearestEven(t *testing.T) {
+	cases := map[float32]uint16{
+		1:                                0x3f80,
+		math.Float32frombits(0x3f808000): 0x3f80, // tie, even stays
+		math.Float32frombits(0x3f818000): 0x3f82, // tie, odd rounds up
+		math.Float32frombits(0x3f808001): 0x3f81, // above the tie
+	}
+	for in, want := range cases {
+		if got := bfloat16(in); got != want {
+			t.Errorf("bfloat16(%#x) = %#x, want %#x", math.Float32bits(in), got, want)
+		}
+	}
+}
+
+func TestInferErrors(t *testing.T) {
+	types := map[string]Type{
+		"w":      {onnxpb.TensorProto_BFLOAT16, []int64{4, 6}},
+		"v":      {onnxpb.TensorProto_BFLOAT16, []int64{4, 5}},
+		"f32":    {onnxpb.TensorProto_FLOAT, []int64{4, 6}},
+		"u8":     {onnxpb.TensorProto_UINT8, []int64{2, 3, 16}},
+		"scales": {onnxpb.TensorProto_UINT8, []int64{2, 4}},
+		"fp8":    {onnxpb.TensorProto_FLOAT8E4M3FN, []int64{256, 256}},
+		"grid":   {onnxpb.TensorProto_FLOAT, []int64{3, 2}},
+	}
+	lookup := func(k string) (Type, error) {
+		if t, ok := types[k]; ok {
+			return t, nil
+		}
+		return Type{}, os.ErrNotExist
+	}
+	op := func(name string, args ...*Expr) *Expr { return &Expr{Op: name, Args: args} }
+	cases := map[string]struct {
+		e    *Expr
+		want string
+	}{
+		"unknown op":            {op("frobnicate", Leaf("w")), `unknown weight transform "frobnicate"`},
+		"missing key":           {Leaf("nope"), "file does not exist"},
+		"cast to int":           {Cast(Leaf("w"), "int32"), `cast to "int32"`},
+		"cast bytes":            {Cast(Leaf("u8"), "float32"), "needs a dequantising transform"},
+		"bad permutation":       {&Expr{Op: OpTranspose, Args: []*Expr{Leaf("w")}, Ints: []int64{0, 0}}, "not a permutation"},
+		"reshape count":         {&Expr{Op: OpReshape, Args: []*Expr{Leaf("w")}, Ints: []int64{5, 5}}, "cannot reshape"},
+		"stack shapes":          {op(OpStack, Leaf("w"), Leaf("v")), "argument 1 has shape [4 5]"},
+		"stack dtypes":          {op(OpStack, Leaf("w"), Leaf("f32")), "argument 1 is float32"},
+		"concat mismatch":       {&Expr{Op: OpConcat, Args: []*Expr{Leaf("w"), Leaf("v")}, Axis: 0}, "incompatible"},
+		"slice past end":        {&Expr{Op: OpSlice, Args: []*Expr{Leaf("w")}, Axis: 1, Start: 2, End: 9}, "slice [2:9:1] of a dimension of 6"},
+		"axis out of range":     {&Expr{Op: OpConcat, Args: []*Expr{Leaf("w")}, Axis: 3}, "axis 3 out of range"},
+		"mxfp4 shape":           {op(OpMXFP4, Leaf("u8"), Leaf("scales")), "blocks must be [..., G, 16]"},
+		"mxfp4 types":           {op(OpMXFP4, Leaf("w"), Leaf("scales")), "needs U8 blocks"},
+		"fp8 not a grid":        {op(OpFP8, Leaf("fp8"), Leaf("grid")), "is not a block grid"},
+		"fp8 of a float weight": {op(OpFP8, Leaf("w"), Leaf("grid")), "needs an F8_E4M3 or F8_E5M2 weight"},
+		"too many args":         {op(OpCast, Leaf("w"), Leaf("w")), "cast takes 1 argument(s), got 2"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.e.Infer(lookup)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
