@@ -194,7 +194,7 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	}
 	tensor, _ := t.ckpt.Tensor(key)
 	info, _ := dtype.FromSafetensors(tensor.DType)
-	init := &onnxpb.TensorProto{Name: key, DataType: int32(storedType(info.ONNX)), Dims: tensor.Shape,
+	init := &onnxpb.TensorProto{Name: key, DataType: int32(transform.GraphType(info.ONNX)), Dims: tensor.Shape,
 		DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: external(t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)}
 	t.inits[key] = init
 	t.b.Initializer(init)
@@ -207,16 +207,6 @@ func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.Attribute
 	g.last = &onnxpb.NodeProto{Name: out, OpType: op, Input: inputs, Output: []string{out}, Attribute: attrs}
 	g.t.b.Node(g.last)
 	return out
-}
-
-// storedType is how a stored tensor's type appears in an opset-17 graph:
-// FP8 as its bytes (opset 17 has no FP8 types; transforms decode them).
-func storedType(t dtype.DType) dtype.DType {
-	switch t {
-	case onnxpb.TensorProto_FLOAT8E4M3FN, onnxpb.TensorProto_FLOAT8E5M2, onnxpb.TensorProto_FLOAT8E8M0:
-		return onnxpb.TensorProto_UINT8
-	}
-	return t
 }
 
 func external(location string, offset, length int64) []*onnxpb.StringStringEntryProto {

@@ -8,6 +8,15 @@ import (
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
+// GraphType is how a stored tensor's type appears in an opset-17 graph:
+// FP8 as its bytes (opset 17 has no FP8 types; transforms decode them).
+func GraphType(t dtype.DType) dtype.DType {
+	if isFP8(t) {
+		return onnxpb.TensorProto_UINT8
+	}
+	return t
+}
+
 // Graph is where Lower writes: the host's model under construction.
 type Graph interface {
 	// Leaf returns the value holding checkpoint tensor key as stored (an

@@ -115,7 +115,7 @@ func (g *caseGraph) Leaf(key string) (string, error) {
 		g.added[key] = true
 		info, _ := dtype.FromSafetensors(t.DType)
 		g.b.Initializer(&onnxpb.TensorProto{
-			Name: key, DataType: int32(graphType(info.ONNX)), Dims: t.Shape, DataLocation: onnxpb.TensorProto_EXTERNAL,
+			Name: key, DataType: int32(transform.GraphType(info.ONNX)), Dims: t.Shape, DataLocation: onnxpb.TensorProto_EXTERNAL,
 			ExternalData: []*onnxpb.StringStringEntryProto{
 				{Key: "location", Value: "source.safetensors"},
 				{Key: "offset", Value: fmt.Sprint(t.Offset)},
@@ -131,15 +131,6 @@ func (g *caseGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeP
 	out := fmt.Sprintf("%s_%d", op, g.n)
 	g.b.Node(&onnxpb.NodeProto{Name: out, OpType: op, Input: inputs, Output: []string{out}, Attribute: attrs})
 	return out
-}
-
-// graphType is how a stored type appears in an opset-17 graph: FP8 as bytes.
-func graphType(t dtype.DType) dtype.DType {
-	switch t {
-	case onnxpb.TensorProto_FLOAT8E4M3FN, onnxpb.TensorProto_FLOAT8E5M2, onnxpb.TensorProto_FLOAT8E8M0:
-		return onnxpb.TensorProto_UINT8
-	}
-	return t
 }
 
 func lowerModel(ckpt *checkpoint.Checkpoint, e *transform.Expr) ([]byte, error) {
@@ -158,7 +149,7 @@ func lowerModel(ckpt *checkpoint.Checkpoint, e *transform.Expr) ([]byte, error) 
 	for i, d := range e.Type.Shape {
 		dims[i] = graph.Dim{Size: d}
 	}
-	b.Output(result, graphType(e.Type.DType), dims...)
+	b.Output(result, transform.GraphType(e.Type.DType), dims...)
 	return proto.MarshalOptions{Deterministic: true}.Marshal(b.Model(graph.Metadata{ProducerName: "transformcases"}))
 }
 
