@@ -20,7 +20,7 @@ def empty_caches(sess, batch, ctx_len):
     caches = {}
     for i in sess.get_inputs():
         if i.name.startswith("past_"):
-            dims = [batch if d == "batch_size" else ctx_len if d == "ctx_len" else d for d in i.shape]
+            dims = [batch if d in ("batch_size", "full_batch_size") else ctx_len if d == "ctx_len" else d for d in i.shape]
             caches[i.name] = np.zeros(dims, dtype=ORT_TYPES[i.type])
     return caches
 

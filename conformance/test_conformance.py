@@ -11,6 +11,7 @@ import json
 import os
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -272,6 +273,93 @@ def test_bin_twin_matches_transformers(name, tmp_path):
     got = fx.run(str(tmp_path / "bin" / "model.onnx"))
     assert np.abs(got - fx.ref["logits"]).max() <= TOLERANCE
     assert np.array_equal(got, fx.run(str(tmp_path / "safetensors" / "model.onnx")))
+
+
+FULL_BATCH = 3
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_continuous_batching(name, tmp_path):
+    """--continuous-batching: a KV cache of full_batch_size rows; each
+    sequence is prefilled alone into its own slot (batch_index), then both
+    decode together from slots 2 and 0. Logits match transformers'."""
+    fx = Fixture(name)
+    export(fx.model, tmp_path / "out", "--continuous-batching")
+    sess = ortrun.session(str(tmp_path / "out" / "model.onnx"))
+    shape = next(i for i in sess.get_inputs() if i.name.startswith("past_")).shape
+    assert shape[0] == "full_batch_size"
+    names = [o.name for o in sess.get_outputs()]
+    caches = ortrun.empty_caches(sess, FULL_BATCH, fx.meta["ctx_len"])
+    prompts, lengths, tokens = fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"]
+    slots = [2, 0]
+
+    def step(ids, pos, slot_rows):
+        outs = dict(zip(names, sess.run(names, {"input_ids": ids, "position_ids": pos,
+                                                "batch_index": np.array(slot_rows, dtype=np.int64), **caches})))
+        caches.update({k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")})
+        return outs["logits"][:, 0, :]
+
+    got = [np.zeros_like(fx.ref["logits"][0]) for _ in range(1 + tokens.shape[1])]
+    for b, slot in enumerate(slots):
+        n = lengths[b]
+        got[0][b] = step(prompts[b : b + 1, :n], np.arange(n, dtype=np.int64)[None, :], [[slot]])[0]
+    for s in range(tokens.shape[1]):
+        pos = (lengths + s)[:, None].astype(np.int64)
+        got[s + 1] = step(tokens[:, s : s + 1].astype(np.int64), pos, [[slot] for slot in slots])
+    diff = max_diff_per_step(np.stack(got), fx.ref["logits"])
+    assert diff.max() <= TOLERANCE, f"continuous batching: {diff}"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_compute_context_length(name, tmp_path):
+    """--ccl: attention reads the first len(comp_ctx_lengths) cache rows of
+    a ctx_len cache. A compute length shorter than ctx_len gives the logits of
+    the full length (and transformers') while the positions fit in it."""
+    fx = Fixture(name)
+    export(fx.model, tmp_path / "out", "--ccl")
+    path = str(tmp_path / "out" / "model.onnx")
+    needed = int(fx.ref["prompt_lengths"].max()) + fx.ref["decode_tokens"].shape[1]
+    results = {}
+    for ccl in (needed, fx.meta["ctx_len"]):
+        sess = WithInputs(ortrun.session(path), comp_ctx_lengths=np.zeros(ccl, dtype=np.int64))
+        results[ccl] = ortrun.run(sess, fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"], fx.meta["ctx_len"])
+    short, full = results[needed], results[fx.meta["ctx_len"]]
+    assert needed < fx.meta["ctx_len"]
+    assert np.abs(short - full).max() <= 1e-5
+    assert max_diff_per_step(short, fx.ref["logits"]).max() <= TOLERANCE
+
+
+class WithInputs:
+    """A session with some inputs fixed for every run."""
+
+    def __init__(self, sess, **fixed):
+        self.sess, self.fixed = sess, fixed
+
+    def get_inputs(self):
+        return self.sess.get_inputs()
+
+    def get_outputs(self):
+        return self.sess.get_outputs()
+
+    def run(self, names, feeds):
+        return self.sess.run(names, {**feeds, **self.fixed})
+
+
+def test_compile_with_onnxruntime(tmp_path):
+    """strata compile --backend ort: ONNX Runtime's optimiser writes an
+    optimised model (and the ORT format) that ONNX Runtime loads and that
+    gives transformers' logits."""
+    fx = Fixture("llama-bf16-sharded")
+    out = tmp_path / "compiled"
+    proc = subprocess.run([STRATA, "compile", fx.model, "--out", str(out), "--backend", "ort", "--ort-format",
+                           "--python", sys.executable], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "ort_report.json") as f:
+        report = json.load(f)
+    assert report["onnxruntime"] == ort.__version__ and report["nodes_after"] > 0
+    for model in (out / "model.optimized.onnx", out / "model.ort"):
+        diffs = max_diff_per_step(fx.run(str(model)), fx.ref["logits"])
+        assert diffs.max() <= TOLERANCE, f"{model.name}: {diffs}"
 
 
 def test_float16_compute(tmp_path):

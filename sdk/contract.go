@@ -63,6 +63,12 @@ const (
 	HiddenStates    = "hidden_states"
 	HiddenStatesOut = "hidden_states_out"
 	Logits          = "logits"
+	// BatchIndex [batch_size, 1] int64: each batch row's KV-cache row
+	// (continuous batching).
+	BatchIndex = "batch_index"
+	// CompCtxLengths [comp_ctx_lengths] int64: its length is how many cache
+	// rows attention reads (compute-context-length).
+	CompCtxLengths = "comp_ctx_lengths"
 	// RetainedSuffix makes a cache output's name from its input's: the
 	// compiler pairs "past_key.3" with "past_key.3_RetainedState".
 	RetainedSuffix = "_RetainedState"

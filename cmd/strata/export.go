@@ -19,64 +19,79 @@ func exportCommand() *cli.Command {
 		Name:      "export",
 		Usage:     "export a checkpoint to DIR/model.onnx and DIR/weight_spec.json, weights referenced in place",
 		ArgsUsage: "MODEL_DIR",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
-			&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
-			&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
-			&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
-			&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
-			&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
-			&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
-			&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
-			&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
-			&cli.BoolFlag{Name: "keep-windows", Usage: "keep DIR/windows/window_<first>_<last>.onnx after stitching (re-runs then skip unchanged windows)"},
-			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "windows exported at once, with --layerwise"},
-		},
+		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
 			dir, err := oneArg(c, "MODEL_DIR")
 			if err != nil {
 				return err
 			}
-			start := time.Now()
-			ckpt, err := openCheckpoint(c, dir, c.String("bin-to"))
+			opts, err := exportOptions(c, c.String("out"))
 			if err != nil {
 				return err
 			}
-			reg := loadPlugins(c)
-			defer reg.Close()
-			p, err := reg.For(ckpt.ModelType)
-			if err != nil {
-				return err
-			}
-			opts, err := exportOptions(c)
-			if err != nil {
-				return err
-			}
-			res, err := export.Run(c.Context, p, ckpt, opts)
-			var lw *export.LayerwiseError
-			if errors.As(err, &lw) {
-				return fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.App.Writer, "exported %s with plugin %s %s: %d layers, %s parameters, compute %s\n",
-				ckpt.ModelType, p.Desc.GetName(), p.Desc.GetVersion(), len(res.Plan.GetLayers()), human(res.Parameters, ""), res.Spec.ComputeDType)
-			fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
-				res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "shard"),
-				linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
-			printWindows(c, res)
-			for _, n := range res.Notes {
-				fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
-			}
-			return nil
+			_, err = runExport(c, dir, opts)
+			return err
 		},
 	}
 }
 
-func exportOptions(c *cli.Context) (export.Options, error) {
+// exportFlags are the export options, shared with compile.
+func exportFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
+		&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
+		&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
+		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
+		&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
+		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
+		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
+		&cli.BoolFlag{Name: "ccl", Usage: "compute-context-length: a comp_ctx_lengths input whose length is how many cache rows attention reads"},
+		&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
+		&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
+		&cli.BoolFlag{Name: "keep-windows", Usage: "keep DIR/windows/window_<first>_<last>.onnx after stitching (re-runs then skip unchanged windows)"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "windows exported (and compiled) at once"},
+	}
+}
+
+// runExport exports the checkpoint in dir and reports it.
+func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, error) {
+	start := time.Now()
+	ckpt, err := openCheckpoint(c, dir, c.String("bin-to"))
+	if err != nil {
+		return nil, err
+	}
+	reg := loadPlugins(c)
+	defer reg.Close()
+	p, err := reg.For(ckpt.ModelType)
+	if err != nil {
+		return nil, err
+	}
+	res, err := export.Run(c.Context, p, ckpt, opts)
+	var lw *export.LayerwiseError
+	if errors.As(err, &lw) {
+		return nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c.App.Writer, "exported %s with plugin %s %s: %d layers, %s parameters, compute %s\n",
+		ckpt.ModelType, p.Desc.GetName(), p.Desc.GetVersion(), len(res.Plan.GetLayers()), human(res.Parameters, ""), res.Spec.ComputeDType)
+	fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
+		res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "file"),
+		linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
+	printWindows(c, res)
+	for _, n := range res.Notes {
+		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
+	}
+	return res, nil
+}
+
+func exportOptions(c *cli.Context, out string) (export.Options, error) {
 	opts := export.Options{
-		Out: c.String("out"), ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
+		Out: out, ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
+		ContinuousBatching: c.Bool("continuous-batching"), CCL: c.Bool("ccl"),
 		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
 		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"),
 	}

@@ -67,7 +67,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), convertBinCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand()},
 	}
 }
 

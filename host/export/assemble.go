@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
@@ -39,12 +40,30 @@ type assembler struct {
 	kinds        map[string]*pb.LayerKind
 	span         window.Span
 	subfunctions bool // layers as calls of local functions, else inlined
+	serving      serving
+	// read records which serving inputs some part declared.
+	read map[string]bool
 }
 
-func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, mode, dataPath string) *assembler {
+// serving is which serving-mode inputs the graph has.
+type serving struct{ continuousBatching, ccl bool }
+
+// inputs are the serving inputs, by name.
+func (s serving) inputs() []string {
+	var out []string
+	if s.ccl {
+		out = append(out, sdk.CompCtxLengths)
+	}
+	if s.continuousBatching {
+		out = append(out, sdk.BatchIndex)
+	}
+	return out
+}
+
+func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, srv serving, mode, dataPath string) *assembler {
 	b := graph.New(ps.plan.GetModelType())
 	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b, mode, dataPath),
-		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions}
+		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions, serving: srv, read: map[string]bool{}}
 }
 
 // Value names in the assembled graph.
@@ -77,13 +96,28 @@ func (a *assembler) run() error {
 			return err
 		}
 	}
-	if !a.span.IsLast() {
-		return nil
+	if a.span.IsLast() {
+		if err := a.place(a.parts.final, sdk.NonLayer, "final",
+			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs},
+			map[string]string{sdk.Logits: sdk.Logits}); err != nil {
+			return err
+		}
 	}
-	return a.place(a.parts.final, sdk.NonLayer, "final",
-		map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs},
-		map[string]string{sdk.Logits: sdk.Logits})
+	return a.checkServingInputsRead()
 }
+
+// checkServingInputsRead refuses a serving mode the plugin ignored: its
+// parts would compute as if the input were absent.
+func (a *assembler) checkServingInputsRead() error {
+	for _, name := range a.serving.inputs() {
+		if !a.read[name] {
+			return fmt.Errorf("none of the plugin's parts reads %s: it does not support %s", name, servingFlag[name])
+		}
+	}
+	return nil
+}
+
+var servingFlag = map[string]string{sdk.BatchIndex: "--continuous-batching", sdk.CompCtxLengths: "--ccl"}
 
 // declareIO declares the graph inputs and outputs the Qualcomm toolchain
 // expects: ids (or, after the first window, the hidden state) and positions,
@@ -107,6 +141,12 @@ func (a *assembler) declareIO() {
 		for _, c := range a.kinds[l.GetKind()].GetCaches() {
 			a.b.Input(cacheInput(c.GetName(), l.GetIndex()), a.compute, dims(c)...)
 		}
+	}
+	if a.serving.ccl {
+		a.b.Input(sdk.CompCtxLengths, onnxpb.TensorProto_INT64, graph.Dim{Param: "comp_ctx_lengths"})
+	}
+	if a.serving.continuousBatching {
+		a.b.Input(sdk.BatchIndex, onnxpb.TensorProto_INT64, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1})
 	}
 	for _, l := range a.layers() {
 		for _, c := range a.kinds[l.GetKind()].GetCaches() {
@@ -197,6 +237,12 @@ func keepFormal(inputs map[string]string, resp *pb.BuildResponse) map[string]str
 // it, or calls it as a local function when it is a layer and subfunctions
 // are on.
 func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, inputs, outputs map[string]string) error {
+	for _, name := range a.serving.inputs() {
+		if slices.Contains(resp.GetFunction().GetInput(), name) {
+			inputs[name] = name
+			a.read[name] = true
+		}
+	}
 	for _, dep := range resp.GetDependencies() {
 		if err := a.b.AddFunction(dep); err != nil {
 			return err

@@ -48,6 +48,9 @@ type Options struct {
 	Weights      string // reference (default) or materialize
 	WeightSpec   string // also write another spec format: "qaic" (version 5, materialised weights only)
 
+	ContinuousBatching bool // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
+	CCL                bool // comp_ctx_lengths input: attention reads its length of cache rows
+
 	Layerwise   bool // export windows of WindowSize layers, then stitch them
 	WindowSize  int  // layers per window (default 1)
 	KeepWindows bool // keep windows/ after stitching
@@ -87,7 +90,8 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if e.opts, e.compute, err = checkOptions(opts); err != nil {
 		return nil, err
 	}
-	if e.parts, err = buildParts(ctx, p, ckpt, &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute)}, e.opts.Layerwise); err != nil {
+	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching, Ccl: e.opts.CCL}
+	if e.parts, err = buildParts(ctx, p, ckpt, exportOpts, e.opts.Layerwise); err != nil {
 		return nil, err
 	}
 	if e.out, err = prepareOut(e.opts.Out); err != nil {
@@ -219,7 +223,8 @@ func modelName(c *checkpoint.Checkpoint) string {
 }
 
 func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) {
-	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions, e.opts.Weights, dataPath)
+	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions,
+		serving{continuousBatching: e.opts.ContinuousBatching, ccl: e.opts.CCL}, e.opts.Weights, dataPath)
 	err := a.run()
 	if err == nil {
 		err = a.table.Layout()

@@ -151,7 +151,7 @@ func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mute
 type windowKey struct {
 	Strata, Plugin, PluginVersion string
 	ComputeDType, Link, Weights   string
-	Subfunctions                  bool
+	Subfunctions, CB, CCL         bool
 	Checkpoint, ConfigSHA256      string
 	Span                          string
 	Layers                        int32
@@ -170,7 +170,7 @@ func (e *exporter) windowInputs(s window.Span) (string, error) {
 	sum := sha256.Sum256(e.ckpt.ConfigJSON)
 	k := windowKey{
 		Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion(),
-		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Weights: e.opts.Weights, Subfunctions: e.opts.Subfunctions,
+		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Weights: e.opts.Weights, Subfunctions: e.opts.Subfunctions, CB: e.opts.ContinuousBatching, CCL: e.opts.CCL,
 		Checkpoint: e.ckpt.Dir, ConfigSHA256: hex.EncodeToString(sum[:]), Span: s.String(), Layers: s.Count,
 	}
 	for _, key := range e.windowTensors(s) {

@@ -52,7 +52,7 @@ func Stitch(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error) {
 			return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
 		}
 	}
-	s.declareOutputs(ws)
+	s.declareIO()
 	return s.finish(ws)
 }
 
@@ -79,8 +79,11 @@ type stitcher struct {
 	produced map[string]*onnxpb.NodeProto      // value -> node that computes it
 	inputs   map[string]*onnxpb.ValueInfoProto // graph inputs so far
 	inits    map[string]*onnxpb.TensorProto    // initializers so far
-	retained []*onnxpb.ValueInfoProto          // cache outputs, in order
-	logits   *onnxpb.ValueInfoProto
+	// Graph inputs in the whole export's order: those before the caches
+	// (ids, positions), every window's caches, those after (batch_index, ...).
+	leading, caches, trailing []*onnxpb.ValueInfoProto
+	retained                  []*onnxpb.ValueInfoProto // cache outputs, in order
+	logits                    *onnxpb.ValueInfoProto
 }
 
 func (s *stitcher) add(w Model, first, last bool) error {
@@ -123,19 +126,31 @@ func (s *stitcher) add(w Model, first, last bool) error {
 	return nil
 }
 
-// addInputs keeps the first window's ids and positions and every window's
-// caches; a later window's hidden-state input is now an internal value.
+// addInputs keeps every window's caches and, once, the inputs all windows
+// share (ids, positions, batch_index, ...); a later window's hidden-state
+// input is now an internal value.
 func (s *stitcher) addInputs(g *onnxpb.GraphProto, first bool) {
+	retained := map[string]bool{}
+	for _, o := range g.GetOutput() {
+		retained[o.GetName()] = true
+	}
+	afterCaches := false
 	for _, in := range g.GetInput() {
 		name := in.GetName()
-		if name == BoundaryIn && !first {
-			continue
-		}
-		if _, seen := s.inputs[name]; seen {
+		cache := retained[name+sdk.RetainedSuffix]
+		afterCaches = afterCaches || cache
+		if _, seen := s.inputs[name]; seen || name == BoundaryIn && !first {
 			continue
 		}
 		s.inputs[name] = in
-		s.b.InputInfo(in)
+		switch {
+		case cache:
+			s.caches = append(s.caches, in)
+		case afterCaches:
+			s.trailing = append(s.trailing, in)
+		default:
+			s.leading = append(s.leading, in)
+		}
 	}
 }
 
@@ -213,9 +228,15 @@ func (s *stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
 	return proto.Equal(a, b)
 }
 
-// declareOutputs lists logits, then every cache's retained state in layer
-// order, as a whole export does.
-func (s *stitcher) declareOutputs(ws []Model) {
+// declareIO lists inputs and outputs as a whole export does: ids and
+// positions, every cache in layer order, the shared serving inputs; logits,
+// then every cache's retained state.
+func (s *stitcher) declareIO() {
+	for _, group := range [][]*onnxpb.ValueInfoProto{s.leading, s.caches, s.trailing} {
+		for _, in := range group {
+			s.b.InputInfo(in)
+		}
+	}
 	if s.logits != nil {
 		s.b.OutputInfo(s.logits)
 	}

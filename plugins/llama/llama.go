@@ -61,7 +61,7 @@ func (llama) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, err
 	}
 	plan := &pb.PlanResponse{
 		ModelType:      modelType,
-		Kinds:          []*pb.LayerKind{{Name: layerKind, Caches: cfg.caches()}},
+		Kinds:          []*pb.LayerKind{{Name: layerKind, Caches: cfg.caches(req.GetOptions())}},
 		ContextOutputs: []string{ctxCos, ctxSin, ctxMask, ctxReadIndices, ctxReadInvalid},
 		VocabSize:      int64(cfg.vocab),
 		HiddenSize:     int64(cfg.hidden),
@@ -85,12 +85,12 @@ func (llama) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildResponse, 
 	case sdk.PartEmbed:
 		return cfg.embed(dt), nil
 	case sdk.PartContext:
-		return cfg.context(dt), nil
+		return cfg.context(dt, req.GetOptions()), nil
 	case sdk.PartLayer:
 		if req.GetKind() != layerKind {
 			return nil, fmt.Errorf("llama has one layer kind, %q; asked for %q", layerKind, req.GetKind())
 		}
-		return cfg.layer(dt, req.GetLayers()), nil
+		return cfg.layer(dt, req.GetOptions(), req.GetLayers()), nil
 	case sdk.PartFinal:
 		return cfg.final(dt), nil
 	default:
@@ -159,8 +159,14 @@ func parseConfig(data []byte) (config, error) {
 	return cfg, nil
 }
 
-func (c config) caches() []*pb.CacheSpec {
-	shape := []*pb.Dim{build.DimParam("batch_size"), build.DimSize(c.kvHeads), build.DimParam("ctx_len"), build.DimSize(c.headDim)}
+// caches are the KV cache: batch_size rows, or full_batch_size with
+// continuous batching.
+func (c config) caches(opts *pb.ExportOptions) []*pb.CacheSpec {
+	rows := "batch_size"
+	if opts.GetContinuousBatching() {
+		rows = "full_batch_size"
+	}
+	shape := []*pb.Dim{build.DimParam(rows), build.DimSize(c.kvHeads), build.DimParam("ctx_len"), build.DimSize(c.headDim)}
 	return []*pb.CacheSpec{{Name: pastKey, Shape: shape}, {Name: pastValue, Shape: shape}}
 }
 
@@ -232,11 +238,15 @@ func (c config) embed(dt build.DType) *pb.BuildResponse {
 	return build.Response(f, build.Bind(sdk.NonLayer, "embed_tokens.weight", c.embeddingKey()))
 }
 
-func (c config) context(dt build.DType) *pb.BuildResponse {
+func (c config) context(dt build.DType, opts *pb.ExportOptions) *pb.BuildResponse {
 	f := build.NewFunc(domain, "LlamaContext", dt)
 	pos, cache := f.Input(sdk.PositionIDs), f.Input(pastKey)
+	var ccl build.Value
+	if opts.GetCcl() {
+		ccl = f.Input(sdk.CompCtxLengths)
+	}
 	cos, sin := c.rope.Tables(f.Scope("rope"), pos)
-	slots := build.CacheSlots(f.Scope("cache"), cache)
+	slots := build.CacheSlots(f.Scope("cache"), cache, ccl)
 	indices, invalid := build.CacheReadIndices(f.Scope("cache"), pos, slots)
 	f.Output(ctxCos, cos)
 	f.Output(ctxSin, sin)
@@ -246,10 +256,15 @@ func (c config) context(dt build.DType) *pb.BuildResponse {
 	return build.Response(f)
 }
 
-func (c config) layer(dt build.DType, layers []int32) *pb.BuildResponse {
+func (c config) layer(dt build.DType, opts *pb.ExportOptions, layers []int32) *pb.BuildResponse {
 	f := build.NewFunc(domain, "LlamaDecoderLayer", dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
+	var batchIndex build.Value
+	if opts.GetContinuousBatching() {
+		batchIndex = f.Input(sdk.BatchIndex)
+	}
 	actx := build.AttentionContext{
+		BatchIndex:  batchIndex,
 		PositionIDs: pos,
 		PastKey:     f.Input(pastKey), PastValue: f.Input(pastValue),
 		Cos: f.Input(ctxCos), Sin: f.Input(ctxSin), Mask: f.Input(ctxMask),

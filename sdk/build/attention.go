@@ -12,11 +12,15 @@ const maskedScore = -65504
 // compiler rejects Range with a non-constant limit inside functions, which
 // is why none of this lives in a layer.
 
-// CacheSlots is 0..C-1 shaped [1,1,C], C the context length (axis 2) of a
-// KV cache input.
-func CacheSlots(f *Func, cache Value) Value {
-	slots := f.Range(f.Int(0), f.Dim(cache, 2), f.Int(1))
-	return f.Reshape(slots, 1, 1, -1)
+// CacheSlots is 0..C-1 shaped [1,1,C]: the cache rows attention reads. C is
+// the context length (axis 2) of a KV cache input, or, with compute-context-
+// length, the length of the comp_ctx_lengths input (pass "" without CCL).
+func CacheSlots(f *Func, cache, compCtxLengths Value) Value {
+	length := f.Dim(cache, 2)
+	if compCtxLengths != "" {
+		length = f.Dim(compCtxLengths, 0)
+	}
+	return f.Reshape(f.Range(f.Int(0), length, f.Int(1)), 1, 1, -1)
 }
 
 // CausalMask is [B,1,S,C] bool, true where cache slot j is later than the
@@ -38,6 +42,7 @@ func CacheReadIndices(f *Func, positionIDs, slots Value) (indices, invalid Value
 // AttentionContext is what a layer's attention takes from the model level.
 type AttentionContext struct {
 	PositionIDs          Value // [B,S] int64
+	BatchIndex           Value // [B,1] int64 cache rows (continuous batching), or ""
 	PastKey, PastValue   Value // [B,nKV,C,hd]
 	Cos, Sin             Value // [B,1,S,rotary dim]
 	Mask                 Value // [B,1,S,C] bool, true = masked
@@ -62,16 +67,29 @@ func (a Attention) Apply(f *Func, x Value, c AttentionContext) (out, presentKey,
 	q = a.RoPE.Apply(f.Scope("rope_q"), q, c.Cos, c.Sin, a.HeadDim)
 	k = a.RoPE.Apply(f.Scope("rope_k"), k, c.Cos, c.Sin, a.HeadDim)
 
-	scatter, gather := CtxScatterFunc(), CtxGatherFunc()
-	presentKey = f.Call(scatter, []Value{c.PastKey, c.PositionIDs, k})
-	presentValue = f.Call(scatter, []Value{c.PastValue, c.PositionIDs, v})
-	length := f.Dim(presentKey, 2)
-	keys := f.Call(gather, []Value{presentKey, c.ReadIndices, length})
-	values := f.Call(gather, []Value{presentValue, c.ReadIndices, length})
+	presentKey, presentValue = c.write(f, c.PastKey, k), c.write(f, c.PastValue, v)
+	length := f.Dim(c.ReadIndices, 2) // ctx_len, or the compute-context-length
+	keys, values := c.read(f, presentKey, length), c.read(f, presentValue, length)
 	values = f.Where(c.Invalid, f.Scalar(0), values)
 
 	ctx := a.core(f.Scope("core"), q, keys, values, c.Mask)
 	return a.O.Apply(f.Scope("o_proj"), ctx), presentKey, presentValue
+}
+
+// write scatters this step's keys or values into the cache.
+func (c AttentionContext) write(f *Func, cache, updates Value) Value {
+	if c.BatchIndex != "" {
+		return f.Call(CtxScatterCBFunc(), []Value{cache, c.BatchIndex, c.PositionIDs, updates})
+	}
+	return f.Call(CtxScatterFunc(), []Value{cache, c.PositionIDs, updates})
+}
+
+// read gathers the length cache rows the context selected.
+func (c AttentionContext) read(f *Func, cache, length Value) Value {
+	if c.BatchIndex != "" {
+		return f.Call(CtxGatherCBFunc(), []Value{cache, c.BatchIndex, c.ReadIndices, length})
+	}
+	return f.Call(CtxGatherFunc(), []Value{cache, c.ReadIndices, length})
 }
 
 // heads projects x [B,S,H] to [B,n,S,hd].

@@ -48,6 +48,42 @@ func CtxGatherFunc() *onnxpb.FunctionProto {
 	return f.Proto()
 }
 
+// CtxScatterCBFunc is CtxScatterCB(data [FBS,H,C,D], batch_index [B,1],
+// position_ids [B,S], updates [B,H,S,D]): CtxScatter into the cache rows
+// batch_index names (continuous batching).
+func CtxScatterCBFunc() *onnxpb.FunctionProto {
+	f := NewFunc(QualcommDomain, "CtxScatterCB", Float32)
+	data, batchIndex, pos, updates := f.Input("data"), f.Input("batch_index"), f.Input("position_ids"), f.Input("updates")
+	batch := f.Dim(batchIndex, 0)
+	heads := f.Dim(data, 1)
+	seq := f.Dim(pos, 1)
+	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(seq, 0), f.Ints(1))
+	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(batchIndex, 2, 3), expand})
+	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3), expand})
+	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(pos, 1, 3), expand})
+	indices := f.Concat(3, batchIdx, headIdx, ctxIdx)
+	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
+	return f.Proto()
+}
+
+// CtxGatherCBFunc is CtxGatherCB(data [FBS,H,C,D], batch_index [B,1],
+// ctx_indices [B,1,L], comp_ctx_len) -> [B,H,L,D]: the rows of each batch
+// row's cache. L comes from ctx_indices' shape (the compiler rejects an
+// Expand by a computed length inside functions); comp_ctx_len is kept for
+// the op's signature.
+func CtxGatherCBFunc() *onnxpb.FunctionProto {
+	f := NewFunc(QualcommDomain, "CtxGatherCB", Float32)
+	data, batchIndex, indices := f.Input("data"), f.Input("batch_index"), f.Input("ctx_indices")
+	f.Input("comp_ctx_len")
+	batch, heads, length := f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(indices, 2)
+	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(length, 0), f.Ints(1))
+	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(batchIndex, 2, 3), expand})
+	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3), expand})
+	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(indices, 3), expand})
+	f.Output("output", f.Op("GatherND", []Value{data, f.Concat(3, batchIdx, headIdx, ctxIdx)}))
+	return f.Proto()
+}
+
 // CustomRMSNormFunc is CustomRMSNorm(hidden_states, weight; epsilon):
 // hidden_states * rsqrt(mean(hidden_states², -1) + epsilon), computed in
 // float32 and cast back before the weight multiplies it, as transformers'

@@ -517,7 +517,14 @@ func (x *CheckResponse) GetReasons() []string {
 type ExportOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Activation and KV-cache dtype of the exported graph: "float32" or "float16".
-	ComputeDtype  string `protobuf:"bytes,1,opt,name=compute_dtype,json=computeDtype,proto3" json:"compute_dtype,omitempty"`
+	ComputeDtype string `protobuf:"bytes,1,opt,name=compute_dtype,json=computeDtype,proto3" json:"compute_dtype,omitempty"`
+	// Continuous batching: the KV cache holds full_batch_size rows and the
+	// graph input batch_index [batch_size, 1] says which row each batch row
+	// uses (CtxScatterCB / CtxGatherCB).
+	ContinuousBatching bool `protobuf:"varint,2,opt,name=continuous_batching,json=continuousBatching,proto3" json:"continuous_batching,omitempty"`
+	// Compute-context-length: the graph input comp_ctx_lengths, whose length
+	// (not values) is how many cache rows attention reads; the cache stays ctx_len.
+	Ccl           bool `protobuf:"varint,3,opt,name=ccl,proto3" json:"ccl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +564,20 @@ func (x *ExportOptions) GetComputeDtype() string {
 		return x.ComputeDtype
 	}
 	return ""
+}
+
+func (x *ExportOptions) GetContinuousBatching() bool {
+	if x != nil {
+		return x.ContinuousBatching
+	}
+	return false
+}
+
+func (x *ExportOptions) GetCcl() bool {
+	if x != nil {
+		return x.Ccl
+	}
+	return false
 }
 
 type PlanRequest struct {
@@ -947,6 +968,8 @@ func (*Dim_Param) isDim_Value() {}
 //	         out hidden_states_out, <cache name>_RetainedState per cache
 //	final:   in hidden_states, position_ids, weights   out logits
 //
+// Any part may also take batch_index (continuous batching) and
+// comp_ctx_lengths (CCL) when the options ask for them.
 // Any formal input that is none of those is a weight and must be bound.
 type BuildRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1377,9 +1400,11 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rCheckResponse\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12/\n" +
 	"\x13layerwise_supported\x18\x02 \x01(\bR\x12layerwiseSupported\x12\x18\n" +
-	"\areasons\x18\x03 \x03(\tR\areasons\"4\n" +
+	"\areasons\x18\x03 \x03(\tR\areasons\"w\n" +
 	"\rExportOptions\x12#\n" +
-	"\rcompute_dtype\x18\x01 \x01(\tR\fcomputeDtype\"w\n" +
+	"\rcompute_dtype\x18\x01 \x01(\tR\fcomputeDtype\x12/\n" +
+	"\x13continuous_batching\x18\x02 \x01(\bR\x12continuousBatching\x12\x10\n" +
+	"\x03ccl\x18\x03 \x01(\bR\x03ccl\"w\n" +
 	"\vPlanRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xfa\x01\n" +

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/host/compile"
+	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/window"
+)
+
+func compileCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "compile `DIR` (a checkpoint is exported into DIR/export first)"},
+		&cli.StringFlag{Name: "backend", Value: "qaic", Usage: "qaic (qaic-compile) or ort (ONNX Runtime's optimiser)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "qaic: write specializations.json, custom_io.yaml and compile.sh, do not run the compiler"},
+		&cli.StringFlag{Name: "compiler", Usage: "qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},
+		&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "qaic: batch size"},
+		&cli.IntFlag{Name: "prefill-seq-len", Value: 32, Usage: "qaic: prefill sequence length"},
+		&cli.IntFlag{Name: "ctx-len", Value: 128, Usage: "qaic: context length"},
+		&cli.IntFlag{Name: "full-batch-size", Usage: "qaic: continuous-batching decode batch size"},
+		&cli.IntFlag{Name: "kv-cache-batch-size", Usage: "qaic: continuous-batching KV-cache rows (default: --full-batch-size)"},
+		&cli.IntSliceFlag{Name: "comp-ctx-lengths-prefill", Usage: "qaic: compute-context lengths of the prefill specializations (CCL export)"},
+		&cli.IntSliceFlag{Name: "comp-ctx-lengths-decode", Usage: "qaic: compute-context lengths of the decode specializations (CCL export)"},
+		&cli.IntFlag{Name: "num-cores", Value: 16, Usage: "qaic: -aic-num-cores"},
+		&cli.IntFlag{Name: "num-devices", Value: 1, Usage: "qaic: devices; more than 1 writes the tensor-slicing partition config"},
+		&cli.BoolFlag{Name: "mxfp6-matmul", Usage: "qaic: -mxfp6-matmul (MXFP6 weight compression)"},
+		&cli.BoolFlag{Name: "mxint8-kv-cache", Usage: "qaic: KV cache in MXINT8 (a custom-IO precision)"},
+		&cli.IntFlag{Name: "mos", Usage: "qaic: -mos=N effort to reduce on-chip memory"},
+		&cli.BoolFlag{Name: "aic-enable-depth-first", Usage: "qaic: -aic-enable-depth-first"},
+		&cli.BoolFlag{Name: "split-retained-state-io", Usage: "qaic: -split-retained-state-io"},
+		&cli.StringFlag{Name: "aic-hw-version", Usage: "qaic: ai100 or ai200 (default: read from qaic-util, else ai100)"},
+		&cli.StringSliceFlag{Name: "compiler-flag", Usage: "qaic: pass `FLAG` to qaic-compile as given (repeatable), e.g. --compiler-flag=-user-tiled"},
+		&cli.BoolFlag{Name: "compile-per-window", Usage: "qaic: compile each window model of a --layerwise --keep-windows export on its own (-j at once)"},
+		&cli.StringFlag{Name: "ort-level", Value: "extended", Usage: "ort: graph optimisation level: basic, extended, all"},
+		&cli.BoolFlag{Name: "ort-format", Usage: "ort: also save the ORT format (when the model allows it)"},
+		&cli.StringFlag{Name: "python", Value: "python3", Usage: "ort: a Python with onnxruntime"},
+	}
+	return &cli.Command{
+		Name:      "compile",
+		Usage:     "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
+		ArgsUsage: "MODEL_DIR|EXPORT_DIR",
+		Flags:     append(flags, exportFlags()...),
+		Action: func(c *cli.Context) error {
+			src, err := oneArg(c, "MODEL_DIR|EXPORT_DIR")
+			if err != nil {
+				return err
+			}
+			if err := prepareCompileDir(c.String("out")); err != nil {
+				return err
+			}
+			exportDir, err := exportForCompile(c, src)
+			if err != nil {
+				return err
+			}
+			model, err := compile.ReadModel(filepath.Join(exportDir, export.ModelFile))
+			if err != nil {
+				return err
+			}
+			switch c.String("backend") {
+			case "qaic":
+				return compileQAIC(c, model, exportDir)
+			case "ort":
+				return compileORT(c, model)
+			default:
+				return usageError{fmt.Sprintf("unknown --backend %q: use qaic or ort", c.String("backend"))}
+			}
+		},
+	}
+}
+
+// compileDirEntries are what compile writes; a directory holding only these
+// is an earlier compile and may be written again.
+var compileDirEntries = regexp.MustCompile(`^(export|windows|specializations\.json|custom_io\.yaml|compile\.sh|mdp_ts_\d+\.json|qpc|qpc\.partial|model\.optimized\.(onnx|data)|model\.ort|ort_report\.json|\.strata-.*)$`)
+
+func prepareCompileDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("compile directory %s cannot be created: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !compileDirEntries.MatchString(e.Name()) {
+			return fmt.Errorf("compile directory %s already holds %s, which strata compile did not write; choose an empty or new directory", dir, e.Name())
+		}
+	}
+	return nil
+}
+
+// exportForCompile returns the export to compile: src itself when it is one
+// (export options then make no sense), else src exported into OUT/export.
+func exportForCompile(c *cli.Context, src string) (string, error) {
+	isExport := fileExists(filepath.Join(src, export.ModelFile))
+	if isExport {
+		for _, f := range exportFlags() {
+			if name := f.Names()[0]; c.IsSet(name) && name != "subfunctions" && name != "jobs" {
+				return "", usageError{fmt.Sprintf("--%s is an export option, but %s is already an export; give a checkpoint to export and compile", name, src)}
+			}
+		}
+		return src, nil
+	}
+	out := filepath.Join(c.String("out"), "export")
+	opts, err := exportOptions(c, out)
+	if err != nil {
+		return "", err
+	}
+	if c.Bool("compile-per-window") {
+		opts.Layerwise, opts.KeepWindows = true, true
+	}
+	_, err = runExport(c, src, opts)
+	return out, err
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func qaicOptions(c *cli.Context) compile.QAIC {
+	o := compile.QAIC{
+		BatchSize: c.Int("batch-size"), PrefillSeqLen: c.Int("prefill-seq-len"), CtxLen: c.Int("ctx-len"),
+		FullBatchSize: c.Int("full-batch-size"), KVCacheBatchSize: c.Int("kv-cache-batch-size"),
+		CCLPrefill: c.IntSlice("comp-ctx-lengths-prefill"), CCLDecode: c.IntSlice("comp-ctx-lengths-decode"),
+		NumCores: c.Int("num-cores"), NumDevices: c.Int("num-devices"),
+		MXFP6Matmul: c.Bool("mxfp6-matmul"), MXINT8KVCache: c.Bool("mxint8-kv-cache"), MOS: c.Int("mos"),
+		DepthFirst: c.Bool("aic-enable-depth-first"), SplitRetained: c.Bool("split-retained-state-io"),
+		HWVersion: c.String("aic-hw-version"), Subfunctions: c.Bool("subfunctions"), Extra: c.StringSlice("compiler-flag"),
+	}
+	if o.HWVersion == "" {
+		o.HWVersion = detectHWVersion()
+	}
+	return o
+}
+
+// detectHWVersion reads the first device's firmware variant from qaic-util,
+// as the reference toolchain does: AIC200 means ai200, anything else ai100.
+func detectHWVersion() string {
+	out, err := exec.Command("/opt/qti-aic/tools/qaic-util", "-q").Output()
+	if err != nil {
+		return "ai100"
+	}
+	if m := regexp.MustCompile(`FW IMAGE_VARIANT\s*:\s*(\S+)`).FindSubmatch(out); m != nil && strings.Contains(strings.ToUpper(string(m[1])), "AIC200") {
+		return "ai200"
+	}
+	return "ai100"
+}
+
+func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
+	o := qaicOptions(c)
+	compiler := c.String("compiler")
+	if !c.Bool("dry-run") {
+		var err error
+		if compiler, err = compile.FindCompiler(compiler); err != nil {
+			return err
+		}
+	} else if compiler == "" {
+		compiler = compile.DefaultCompiler
+	}
+	if c.Bool("compile-per-window") {
+		return compileWindows(c, exportDir, o, compiler)
+	}
+	job, err := compile.PlanQAIC(model, c.String("out"), o)
+	if err != nil {
+		return err
+	}
+	if err := job.Write(compiler); err != nil {
+		return err
+	}
+	for _, n := range job.Notes {
+		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
+	}
+	script := filepath.Join(job.Dir, compile.ScriptFile)
+	if c.Bool("dry-run") {
+		fmt.Fprintf(c.App.Writer, "wrote %s, %s, %s in %s (dry run: the compiler did not run)\n",
+			compile.SpecializationsFile, compile.CustomIOFile, compile.ScriptFile, job.Dir)
+		return nil
+	}
+	fmt.Fprintf(c.App.Writer, "$ %s (see %s)\n", compiler, script)
+	if err := job.Run(c.Context, compiler, c.App.Writer, c.App.ErrWriter); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "compiled to %s\n", filepath.Join(job.Dir, compile.BinaryDir))
+	return nil
+}
+
+// compileWindows compiles every window model of the export on its own, in
+// OUT/windows/window_<first>_<last>/, -j at once; each compiler's output goes
+// to its compile.log.
+func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler string) error {
+	files, err := filepath.Glob(filepath.Join(exportDir, window.Dir, "window_*.onnx"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("%s has no window models: export with --layerwise --keep-windows (or give a checkpoint)", exportDir)
+	}
+	sort.Slice(files, func(i, j int) bool { return windowFirst(files[i]) < windowFirst(files[j]) })
+	jobs := make([]*compile.Job, len(files))
+	for i, f := range files {
+		m, err := compile.ReadModel(f)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Join(c.String("out"), window.Dir, strings.TrimSuffix(filepath.Base(f), ".onnx"))
+		if jobs[i], err = compile.PlanQAIC(m, dir, o); err != nil {
+			return err
+		}
+		if err := jobs[i].Write(compiler); err != nil {
+			return err
+		}
+	}
+	if c.Bool("dry-run") {
+		fmt.Fprintf(c.App.Writer, "wrote the compile files of %s in %s (dry run)\n", plural(len(jobs), "window"), filepath.Join(c.String("out"), window.Dir))
+		return nil
+	}
+	return runJobs(c, jobs, compiler)
+}
+
+func windowFirst(path string) int {
+	var first, last int
+	fmt.Sscanf(filepath.Base(path), "window_%d_%d.onnx", &first, &last)
+	return first
+}
+
+func runJobs(c *cli.Context, jobs []*compile.Job, compiler string) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []string
+		slots = make(chan struct{}, max(1, c.Int("jobs")))
+	)
+	for _, j := range jobs {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			log, err := os.Create(filepath.Join(j.Dir, "compile.log"))
+			if err == nil {
+				err = j.Run(c.Context, compiler, log, log)
+				log.Close()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", filepath.Base(j.Dir), err))
+				return
+			}
+			fmt.Fprintf(c.App.Writer, "compiled %s\n", filepath.Join(j.Dir, compile.BinaryDir))
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return fmt.Errorf("%d of %d windows failed to compile:\n%s", len(errs), len(jobs), strings.Join(errs, "\n"))
+	}
+	return nil
+}
+
+func compileORT(c *cli.Context, model *compile.Model) error {
+	r, err := compile.CompileORT(c.Context, model, c.String("out"), compile.ORT{
+		Level: c.String("ort-level"), ORTFormat: c.Bool("ort-format"), Python: c.String("python"),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "optimised with ONNX Runtime %s (level %s) in %.2fs: %d nodes -> %d\n  %s\n",
+		r.ONNXRuntime, r.Level, r.Seconds, r.NodesBefore, r.NodesAfter, r.Model)
+	switch {
+	case r.ORTFormat != "":
+		fmt.Fprintf(c.App.Writer, "  %s (ORT format)\n", r.ORTFormat)
+	case r.ORTFormatSkipped != "":
+		fmt.Fprintf(c.App.Writer, "  ORT format skipped: %s\n", r.ORTFormatSkipped)
+	}
+	return nil
+}

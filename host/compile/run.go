@@ -1,0 +1,136 @@
+package compile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/strata-llm/strata/internal/atomic"
+)
+
+// Write writes the job's files into its directory: specializations.json,
+// custom_io.yaml, the partition config, and compile.sh, which replays the
+// compilation from any working directory.
+func (j *Job) Write(compiler string) error {
+	if err := os.MkdirAll(j.Dir, 0o755); err != nil {
+		return fmt.Errorf("compile directory %s: %w", j.Dir, err)
+	}
+	specs, err := pythonJSON(map[string]any{"specializations": j.Specializations})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{SpecializationsFile: specs, CustomIOFile: j.customIOYAML(), ScriptFile: j.script(compiler)}
+	if j.MDP != nil {
+		if files[mdpFile(len(j.MDP.Partitions[0].Devices))], err = pythonJSON(j.MDP); err != nil {
+			return err
+		}
+	}
+	for name, data := range files {
+		if err := atomic.WriteFile(filepath.Join(j.Dir, name), data); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(filepath.Join(j.Dir, ScriptFile), 0o755)
+}
+
+// customIOYAML is the custom-IO list in the compiler's format: a leading
+// space, and a blank line after each entry.
+func (j *Job) customIOYAML() []byte {
+	var b strings.Builder
+	for _, c := range j.CustomIO {
+		fmt.Fprintf(&b, " - IOName: %s\n   Precision: %s\n\n", c.Name, c.Precision)
+	}
+	return []byte(b.String())
+}
+
+// script is compile.sh: the same command, paths relative to its directory,
+// the binary directory renamed into place only when the compiler succeeds.
+func (j *Job) script(compiler string) []byte {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# Written by strata compile; replays this compilation. QAIC_COMPILE overrides the compiler.\nset -e\n")
+	b.WriteString("cd \"$(dirname \"$0\")\"\n")
+	fmt.Fprintf(&b, "QAIC_COMPILE=\"${QAIC_COMPILE:-%s}\"\n", compiler)
+	fmt.Fprintf(&b, "rm -rf %s\n\"$QAIC_COMPILE\"", partialBinaryDir)
+	for _, a := range j.Args {
+		b.WriteString(" " + shellQuote(a))
+	}
+	fmt.Fprintf(&b, "\nrm -rf %s\nmv %s %s\n", BinaryDir, partialBinaryDir, BinaryDir)
+	return []byte(b.String())
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./,:+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// FindCompiler resolves the qaic-compile binary: the given path, else
+// qaic-compile on PATH, else the SDK's install location.
+func FindCompiler(given string) (string, error) {
+	if given != "" {
+		if _, err := exec.LookPath(given); err != nil {
+			return "", fmt.Errorf("--compiler %s: %w", given, err)
+		}
+		return filepath.Abs(given)
+	}
+	if p, err := exec.LookPath("qaic-compile"); err == nil {
+		return p, nil
+	}
+	if _, err := os.Stat(DefaultCompiler); err == nil {
+		return DefaultCompiler, nil
+	}
+	return "", fmt.Errorf("qaic-compile not found on PATH or at %s: install the Cloud AI Platform SDK, pass --compiler PATH, or use --dry-run to write the compile files and compile.sh only", DefaultCompiler)
+}
+
+// Run runs the compiler in the job's directory, streaming its output. The
+// binary directory appears (renamed from its partial name) only when the
+// compiler succeeds; a failure leaves none and reports command and stderr.
+func (j *Job) Run(ctx context.Context, compiler string, stdout, stderr io.Writer) error {
+	partial := filepath.Join(j.Dir, partialBinaryDir)
+	if err := os.RemoveAll(partial); err != nil {
+		return err
+	}
+	var tail tailBuffer
+	cmd := exec.CommandContext(ctx, compiler, j.Args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = j.Dir, stdout, io.MultiWriter(stderr, &tail)
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(partial)
+		var exit *exec.ExitError
+		code := "could not run"
+		if errors.As(err, &exit) {
+			code = fmt.Sprintf("exit code %d", exit.ExitCode())
+		}
+		return fmt.Errorf("compilation failed (%s)\ncommand (in %s): %s %s\nstderr (last lines):\n%s",
+			code, j.Dir, compiler, strings.Join(j.Args, " "), tail.String())
+	}
+	final := filepath.Join(j.Dir, BinaryDir)
+	if err := os.RemoveAll(final); err != nil {
+		return err
+	}
+	if _, err := os.Stat(partial); err != nil {
+		return fmt.Errorf("the compiler exited 0 but wrote no %s", partialBinaryDir)
+	}
+	return os.Rename(partial, final)
+}
+
+// tailBuffer keeps the last 8 KiB written.
+type tailBuffer struct{ b bytes.Buffer }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b.Write(p)
+	if extra := t.b.Len() - 8<<10; extra > 0 {
+		t.b.Next(extra)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return t.b.String() }
