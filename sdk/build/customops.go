@@ -22,18 +22,21 @@ const (
 func CtxScatterFunc() *onnxpb.FunctionProto {
 	f := NewFunc(QualcommDomain, "CtxScatter", Float32)
 	data, pos, updates := f.Input("data"), f.Input("position_ids"), f.Input("updates")
-	dataShape := f.Shape(data)
-	batch := f.Gather(dataShape, f.Int(0), 0)
-	heads := f.Gather(dataShape, f.Int(1), 0)
-	seq := f.Gather(f.Shape(pos), f.Int(1), 0)
-	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(seq, 0), f.Ints(1))
-	zero, one := f.Int(0), f.Int(1)
-	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(zero, batch, one), 1, 2, 3), expand})
-	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(zero, heads, one), 0, 2, 3), expand})
-	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(pos, 1, 3), expand})
-	indices := f.Concat(3, batchIdx, headIdx, ctxIdx)
+	batch := f.Dim(data, 0)
+	rows := f.Unsqueeze(f.Range(f.Int(0), batch, f.Int(1)), 1, 2, 3)
+	indices := cacheIndices(f, rows, f.Unsqueeze(pos, 1, 3), batch, f.Dim(data, 1), f.Dim(pos, 1))
 	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
 	return f.Proto()
+}
+
+// cacheIndices are the [B,H,L,3] (row, head, slot) indices into a
+// [rows,H,C,D] cache, from each batch row's cache row [B,1,1,1] and slots
+// [B,1,L,1].
+func cacheIndices(f *Func, rows, slots, batch, heads, length Value) Value {
+	shape := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(length, 0), f.Ints(1))
+	expand := func(v Value) Value { return f.Op("Expand", []Value{v, shape}) }
+	headIdx := f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3)
+	return f.Concat(3, expand(rows), expand(headIdx), expand(slots))
 }
 
 // CtxGatherFunc is CtxGather(data [B,H,C,D], ctx_indices [B,1,L],
@@ -54,14 +57,7 @@ func CtxGatherFunc() *onnxpb.FunctionProto {
 func CtxScatterCBFunc() *onnxpb.FunctionProto {
 	f := NewFunc(QualcommDomain, "CtxScatterCB", Float32)
 	data, batchIndex, pos, updates := f.Input("data"), f.Input("batch_index"), f.Input("position_ids"), f.Input("updates")
-	batch := f.Dim(batchIndex, 0)
-	heads := f.Dim(data, 1)
-	seq := f.Dim(pos, 1)
-	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(seq, 0), f.Ints(1))
-	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(batchIndex, 2, 3), expand})
-	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3), expand})
-	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(pos, 1, 3), expand})
-	indices := f.Concat(3, batchIdx, headIdx, ctxIdx)
+	indices := cacheIndices(f, f.Unsqueeze(batchIndex, 2, 3), f.Unsqueeze(pos, 1, 3), f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(pos, 1))
 	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
 	return f.Proto()
 }
@@ -73,14 +69,10 @@ func CtxScatterCBFunc() *onnxpb.FunctionProto {
 // the op's signature.
 func CtxGatherCBFunc() *onnxpb.FunctionProto {
 	f := NewFunc(QualcommDomain, "CtxGatherCB", Float32)
-	data, batchIndex, indices := f.Input("data"), f.Input("batch_index"), f.Input("ctx_indices")
+	data, batchIndex, slots := f.Input("data"), f.Input("batch_index"), f.Input("ctx_indices")
 	f.Input("comp_ctx_len")
-	batch, heads, length := f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(indices, 2)
-	expand := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(length, 0), f.Ints(1))
-	batchIdx := f.Op("Expand", []Value{f.Unsqueeze(batchIndex, 2, 3), expand})
-	headIdx := f.Op("Expand", []Value{f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3), expand})
-	ctxIdx := f.Op("Expand", []Value{f.Unsqueeze(indices, 3), expand})
-	f.Output("output", f.Op("GatherND", []Value{data, f.Concat(3, batchIdx, headIdx, ctxIdx)}))
+	indices := cacheIndices(f, f.Unsqueeze(batchIndex, 2, 3), f.Unsqueeze(slots, 3), f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(slots, 2))
+	f.Output("output", f.Op("GatherND", []Value{data, indices}))
 	return f.Proto()
 }
 
