@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -67,4 +68,32 @@ func joinFirst(errs []error, n int) error {
 		msg += fmt.Sprintf("; and %d more", len(errs)-n)
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// PluginOptions checks that opts names only the given keys and returns them
+// with defaults filled in; an unknown key is an error naming the known ones.
+func PluginOptions(opts *pb.ExportOptions, plugin string, defaults map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range defaults {
+		out[k] = v
+	}
+	for k, v := range opts.GetPluginOptions() {
+		if _, known := defaults[k]; !known {
+			return nil, fmt.Errorf("plugin %s has no option %q (it has: %s)", plugin, k, keyList(defaults))
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func keyList(m map[string]string) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
 }

@@ -18,17 +18,6 @@ const (
 	layerKind     = "decoder"
 )
 
-// Context values computed once per model and passed to every layer.
-const (
-	ctxCos         = "cos"
-	ctxSin         = "sin"
-	ctxMask        = "mask"
-	ctxReadIndices = "cache_read_indices"
-	ctxReadInvalid = "cache_read_invalid"
-	pastKey        = "past_key"
-	pastValue      = "past_value"
-)
-
 type llama struct{}
 
 var _ sdk.Architecture = llama{}
@@ -59,10 +48,13 @@ func (llama) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, err
 	if err != nil {
 		return nil, err
 	}
+	if _, err := sdk.PluginOptions(req.GetOptions(), pluginName, nil); err != nil {
+		return nil, err
+	}
 	plan := &pb.PlanResponse{
 		ModelType:      modelType,
-		Kinds:          []*pb.LayerKind{{Name: layerKind, Caches: cfg.caches(req.GetOptions())}},
-		ContextOutputs: []string{ctxCos, ctxSin, ctxMask, ctxReadIndices, ctxReadInvalid},
+		Kinds:          []*pb.LayerKind{{Name: layerKind, Caches: build.KVCaches(req.GetOptions(), cfg.kvHeads, cfg.headDim)}},
+		ContextOutputs: build.ContextOutputs,
 		VocabSize:      int64(cfg.vocab),
 		HiddenSize:     int64(cfg.hidden),
 	}
@@ -83,16 +75,16 @@ func (llama) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildResponse, 
 	}
 	switch req.GetPart() {
 	case sdk.PartEmbed:
-		return cfg.embed(dt), nil
+		return build.EmbedPart(domain, "LlamaEmbed", dt, cfg.embeddingKey()), nil
 	case sdk.PartContext:
-		return cfg.context(dt, req.GetOptions()), nil
+		return build.ContextPart(domain, "LlamaContext", dt, cfg.rope, req.GetOptions()), nil
 	case sdk.PartLayer:
 		if req.GetKind() != layerKind {
 			return nil, fmt.Errorf("llama has one layer kind, %q; asked for %q", layerKind, req.GetKind())
 		}
 		return cfg.layer(dt, req.GetOptions(), req.GetLayers()), nil
 	case sdk.PartFinal:
-		return cfg.final(dt), nil
+		return build.FinalPart(domain, "LlamaFinal", dt, cfg.eps, "model.norm.weight", cfg.lmHeadKey()), nil
 	default:
 		return nil, fmt.Errorf("llama has no part %q", req.GetPart())
 	}
@@ -159,17 +151,6 @@ func parseConfig(data []byte) (config, error) {
 	return cfg, nil
 }
 
-// caches are the KV cache: batch_size rows, or full_batch_size with
-// continuous batching.
-func (c config) caches(opts *pb.ExportOptions) []*pb.CacheSpec {
-	rows := "batch_size"
-	if opts.GetContinuousBatching() {
-		rows = "full_batch_size"
-	}
-	shape := []*pb.Dim{build.DimParam(rows), build.DimSize(c.kvHeads), build.DimParam("ctx_len"), build.DimSize(c.headDim)}
-	return []*pb.CacheSpec{{Name: pastKey, Shape: shape}, {Name: pastValue, Shape: shape}}
-}
-
 func (c config) embeddingKey() string { return "model.embed_tokens.weight" }
 
 func (c config) lmHeadKey() string {
@@ -189,7 +170,7 @@ func (c config) tensors() []sdk.ExpectedTensor {
 	}
 	for l := range c.layers {
 		for _, w := range c.layerWeights() {
-			out = append(out, sdk.ExpectedTensor{Key: layerKey(l, w.Key), Shape: w.Shape})
+			out = append(out, sdk.ExpectedTensor{Key: build.LayerKey(int32(l), w.Key), Shape: w.Shape})
 		}
 	}
 	return out
@@ -227,49 +208,9 @@ func (c config) layerWeights() []sdk.ExpectedTensor {
 	return ws
 }
 
-func layerKey(layer int, name string) string {
-	return fmt.Sprintf("model.layers.%d.%s", layer, name)
-}
-
-func (c config) embed(dt build.DType) *pb.BuildResponse {
-	f := build.NewFunc(domain, "LlamaEmbed", dt)
-	ids, table := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
-	f.Output(sdk.HiddenStates, build.Embedding(f, table, ids))
-	return build.Response(f, build.Bind(sdk.NonLayer, "embed_tokens.weight", c.embeddingKey()))
-}
-
-func (c config) context(dt build.DType, opts *pb.ExportOptions) *pb.BuildResponse {
-	f := build.NewFunc(domain, "LlamaContext", dt)
-	pos, cache := f.Input(sdk.PositionIDs), f.Input(pastKey)
-	var ccl build.Value
-	if opts.GetCcl() {
-		ccl = f.Input(sdk.CompCtxLengths)
-	}
-	cos, sin := c.rope.Tables(f.Scope("rope"), pos)
-	slots := build.CacheSlots(f.Scope("cache"), cache, ccl)
-	indices, invalid := build.CacheReadIndices(f.Scope("cache"), pos, slots)
-	f.Output(ctxCos, cos)
-	f.Output(ctxSin, sin)
-	f.Output(ctxMask, build.CausalMask(f.Scope("mask"), pos, slots))
-	f.Output(ctxReadIndices, indices)
-	f.Output(ctxReadInvalid, invalid)
-	return build.Response(f)
-}
-
 func (c config) layer(dt build.DType, opts *pb.ExportOptions, layers []int32) *pb.BuildResponse {
 	f := build.NewFunc(domain, "LlamaDecoderLayer", dt)
-	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
-	var batchIndex build.Value
-	if opts.GetContinuousBatching() {
-		batchIndex = f.Input(sdk.BatchIndex)
-	}
-	actx := build.AttentionContext{
-		BatchIndex:  batchIndex,
-		PositionIDs: pos,
-		PastKey:     f.Input(pastKey), PastValue: f.Input(pastValue),
-		Cos: f.Input(ctxCos), Sin: f.Input(ctxSin), Mask: f.Input(ctxMask),
-		ReadIndices: f.Input(ctxReadIndices), Invalid: f.Input(ctxReadInvalid),
-	}
+	hidden, actx := build.LayerInputs(f, opts)
 	inNorm := f.Input("input_layernorm.weight")
 	attn := build.Attention{
 		Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.headDim, RoPE: c.rope,
@@ -291,29 +232,15 @@ func (c config) layer(dt build.DType, opts *pb.ExportOptions, layers []int32) *p
 	normed = build.RMSNorm(f.Scope("post_attention_layernorm"), hidden, postNorm, c.eps)
 	hidden = f.Add(hidden, mlp.Apply(f.Scope("mlp"), normed))
 
-	f.Output(sdk.HiddenStatesOut, hidden)
-	f.Output(pastKey+sdk.RetainedSuffix, key)
-	f.Output(pastValue+sdk.RetainedSuffix, value)
+	build.LayerOutputs(f, hidden, key, value)
 
 	var bindings []*pb.LayerWeights
 	for _, l := range layers {
 		lw := &pb.LayerWeights{Layer: l}
 		for _, w := range c.layerWeights() {
-			lw.Bindings = append(lw.Bindings, &pb.WeightBinding{Input: w.Key, Key: layerKey(int(l), w.Key)})
+			lw.Bindings = append(lw.Bindings, &pb.WeightBinding{Input: w.Key, Key: build.LayerKey(l, w.Key)})
 		}
 		bindings = append(bindings, lw)
 	}
 	return build.Response(f, bindings...)
-}
-
-func (c config) final(dt build.DType) *pb.BuildResponse {
-	f := build.NewFunc(domain, "LlamaFinal", dt)
-	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
-	norm, head := f.Input("norm.weight"), f.Input("lm_head.weight")
-	last := build.LastValidToken(f, hidden, pos)
-	logits := build.Linear{Weight: head}.Apply(f.Scope("lm_head"), build.RMSNorm(f.Scope("norm"), last, norm, c.eps))
-	f.Output(sdk.Logits, f.CastTo(logits, dt, build.Float32))
-	return build.Response(f, build.Bind(sdk.NonLayer,
-		"norm.weight", "model.norm.weight",
-		"lm_head.weight", c.lmHeadKey()))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/build"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -80,7 +81,10 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 			model := tinyModel(t, func(m map[string]any) { m["tie_word_embeddings"] = tied; m["attention_bias"] = true })
 			inv := sdk.NewInventory(model)
 			roles := map[string]bool{sdk.InputIDs: true, sdk.PositionIDs: true, sdk.HiddenStates: true,
-				pastKey: true, pastValue: true, ctxCos: true, ctxSin: true, ctxMask: true, ctxReadIndices: true, ctxReadInvalid: true}
+				build.PastKey: true, build.PastValue: true}
+			for _, c := range build.ContextOutputs {
+				roles[c] = true
+			}
 			parts := []*pb.BuildRequest{{Part: sdk.PartEmbed}, {Part: sdk.PartContext}, {Part: sdk.PartFinal},
 				{Part: sdk.PartLayer, Kind: layerKind, Layers: []int32{0, 1}}}
 			for _, req := range parts {

@@ -102,3 +102,25 @@ func boolInt(b bool) int64 {
 	}
 	return 0
 }
+
+// TopK returns the k largest entries along the last axis, largest first,
+// and their int64 indices.
+func (f *Func) TopK(x Value, k int) (values, indices Value) {
+	out := f.OpN("TopK", "", 2, []Value{x, f.Ints(int64(k))}, AttrInt("axis", -1), AttrInt("largest", 1), AttrInt("sorted", 1))
+	return out[0], out[1]
+}
+
+// ReduceSum over axes (opset 13+: axes is an input).
+func (f *Func) ReduceSum(x Value, keepdims bool, axes ...int64) Value {
+	return f.Op("ReduceSum", []Value{x, f.Ints(axes...)}, AttrInt("keepdims", boolInt(keepdims)))
+}
+
+// ZerosLike is float32 zeros of x's shape.
+func (f *Func) ZerosLike(x Value) Value { return f.filled(x, Float32, 0) }
+
+// OnesLike is ones of x's shape in dtype t.
+func (f *Func) OnesLike(x Value, t DType) Value { return f.filled(x, t, 1) }
+
+func (f *Func) filled(x Value, t DType, v float32) Value {
+	return f.Op("ConstantOfShape", []Value{f.Shape(x)}, AttrTensor("value", mustFloat(t, v)))
+}

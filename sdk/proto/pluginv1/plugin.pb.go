@@ -524,7 +524,10 @@ type ExportOptions struct {
 	ContinuousBatching bool `protobuf:"varint,2,opt,name=continuous_batching,json=continuousBatching,proto3" json:"continuous_batching,omitempty"`
 	// Compute-context-length: the graph input comp_ctx_lengths, whose length
 	// (not values) is how many cache rows attention reads; the cache stays ctx_len.
-	Ccl           bool `protobuf:"varint,3,opt,name=ccl,proto3" json:"ccl,omitempty"`
+	Ccl bool `protobuf:"varint,3,opt,name=ccl,proto3" json:"ccl,omitempty"`
+	// Options only some plugins understand (e.g. moe_strategy: gather|dense).
+	// A plugin refuses a key it does not know.
+	PluginOptions map[string]string `protobuf:"bytes,4,rep,name=plugin_options,json=pluginOptions,proto3" json:"plugin_options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +581,13 @@ func (x *ExportOptions) GetCcl() bool {
 		return x.Ccl
 	}
 	return false
+}
+
+func (x *ExportOptions) GetPluginOptions() map[string]string {
+	if x != nil {
+		return x.PluginOptions
+	}
+	return nil
 }
 
 type PlanRequest struct {
@@ -1400,11 +1410,15 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rCheckResponse\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12/\n" +
 	"\x13layerwise_supported\x18\x02 \x01(\bR\x12layerwiseSupported\x12\x18\n" +
-	"\areasons\x18\x03 \x03(\tR\areasons\"w\n" +
+	"\areasons\x18\x03 \x03(\tR\areasons\"\x94\x02\n" +
 	"\rExportOptions\x12#\n" +
 	"\rcompute_dtype\x18\x01 \x01(\tR\fcomputeDtype\x12/\n" +
 	"\x13continuous_batching\x18\x02 \x01(\bR\x12continuousBatching\x12\x10\n" +
-	"\x03ccl\x18\x03 \x01(\bR\x03ccl\"w\n" +
+	"\x03ccl\x18\x03 \x01(\bR\x03ccl\x12Y\n" +
+	"\x0eplugin_options\x18\x04 \x03(\v22.strata.plugin.v1.ExportOptions.PluginOptionsEntryR\rpluginOptions\x1a@\n" +
+	"\x12PluginOptionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\vPlanRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xfa\x01\n" +
@@ -1477,7 +1491,7 @@ func file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP() []byte {
 	return file_sdk_proto_pluginv1_plugin_proto_rawDescData
 }
 
-var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),     // 0: strata.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),    // 1: strata.plugin.v1.DescribeResponse
@@ -1499,40 +1513,42 @@ var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*LayerWeights)(nil),        // 17: strata.plugin.v1.LayerWeights
 	(*WeightBinding)(nil),       // 18: strata.plugin.v1.WeightBinding
 	(*Weight)(nil),              // 19: strata.plugin.v1.Weight
-	(*onnx.FunctionProto)(nil),  // 20: strata.onnx.FunctionProto
+	nil,                         // 20: strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	(*onnx.FunctionProto)(nil),  // 21: strata.onnx.FunctionProto
 }
 var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	2,  // 0: strata.plugin.v1.DescribeResponse.architectures:type_name -> strata.plugin.v1.ArchitectureSupport
 	3,  // 1: strata.plugin.v1.ArchitectureSupport.capabilities:type_name -> strata.plugin.v1.Capabilities
 	5,  // 2: strata.plugin.v1.Model.tensors:type_name -> strata.plugin.v1.TensorInfo
 	4,  // 3: strata.plugin.v1.CheckRequest.model:type_name -> strata.plugin.v1.Model
-	4,  // 4: strata.plugin.v1.PlanRequest.model:type_name -> strata.plugin.v1.Model
-	8,  // 5: strata.plugin.v1.PlanRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	11, // 6: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
-	12, // 7: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
-	13, // 8: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
-	14, // 9: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
-	4,  // 10: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
-	8,  // 11: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	20, // 12: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
-	20, // 13: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
-	17, // 14: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
-	18, // 15: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
-	19, // 16: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
-	19, // 17: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
-	0,  // 18: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
-	6,  // 19: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
-	9,  // 20: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
-	15, // 21: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
-	1,  // 22: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
-	7,  // 23: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
-	10, // 24: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
-	16, // 25: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
-	22, // [22:26] is the sub-list for method output_type
-	18, // [18:22] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	20, // 4: strata.plugin.v1.ExportOptions.plugin_options:type_name -> strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	4,  // 5: strata.plugin.v1.PlanRequest.model:type_name -> strata.plugin.v1.Model
+	8,  // 6: strata.plugin.v1.PlanRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	11, // 7: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
+	12, // 8: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
+	13, // 9: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
+	14, // 10: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
+	4,  // 11: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
+	8,  // 12: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	21, // 13: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
+	21, // 14: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
+	17, // 15: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
+	18, // 16: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
+	19, // 17: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
+	19, // 18: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
+	0,  // 19: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
+	6,  // 20: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
+	9,  // 21: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
+	15, // 22: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
+	1,  // 23: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
+	7,  // 24: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
+	10, // 25: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
+	16, // 26: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
+	23, // [23:27] is the sub-list for method output_type
+	19, // [19:23] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_sdk_proto_pluginv1_plugin_proto_init() }
@@ -1550,7 +1566,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_proto_pluginv1_plugin_proto_rawDesc), len(file_sdk_proto_pluginv1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
