@@ -17,6 +17,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/strata ./cmd/strata
 	$(GO) build -o bin/strata-headeronly ./cmd/strata-headeronly
 	$(GO) build -o bin/strata-transformcases ./internal/cmd/transformcases
+	$(GO) build -o bin/strata-routercases ./internal/cmd/routercases
 	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
 		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
 

@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -62,6 +62,22 @@ FIXTURES_SPEC = {
                            "bfloat16", {"max_shard_size": "120KB", "bin_twin": True}),
 }
 
+# Qwen3-MoE: sizes as BASE plus experts; each fixture covers a routing
+# option and an on-disk expert layout ("fused": mlp.experts.gate_up_proj
+# [E, 2I, H] and down_proj [E, H, I], as transformers 5 holds them in memory
+# and some re-saves store them; else per-expert keys, as save_pretrained
+# writes). 12 experts make two-digit expert indices (10 sorts after 9).
+QWEN3MOE = dict(moe_intermediate_size=32, head_dim=16, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)
+QWEN3MOE_SPEC = {
+    "qwen3moe-f32-top2-norm": (dict(), "float32", {}),
+    "qwen3moe-bf16-top4-sparse": (dict(num_hidden_layers=4, num_experts=12, num_experts_per_tok=4, norm_topk_prob=False,
+                                       decoder_sparse_step=2, mlp_only_layers=[0]), "bfloat16", {}),
+    "qwen3moe-f32-fused-mixed": (dict(num_hidden_layers=3, mlp_only_layers=[1], num_key_value_heads=2), "float32",
+                                 {"fused_experts": True}),
+}
+
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC}
+
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
 DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
@@ -69,9 +85,14 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 def make_model(name, overrides, seed):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(**{**BASE, **overrides})
-    cfg.architectures = ["LlamaForCausalLM"]
-    model = LlamaForCausalLM(cfg).eval()
+    if name.startswith("qwen3moe"):
+        cfg = Qwen3MoeConfig(**{**BASE, **QWEN3MOE, **overrides})
+        cfg.architectures = ["Qwen3MoeForCausalLM"]
+        model = Qwen3MoeForCausalLM(cfg).eval()
+    else:
+        cfg = LlamaConfig(**{**BASE, **overrides})
+        cfg.architectures = ["LlamaForCausalLM"]
+        model = LlamaForCausalLM(cfg).eval()
     # Norm weights start at 1; randomise them so a swapped or missing norm shows.
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -92,6 +113,23 @@ def save(model, out, dtype, options):
         legacy_rope_config(os.path.join(out, "config.json"))
     if options.get("bin_twin"):
         save_bin_twin(out, out + "-bin")
+    if options.get("fused_experts"):
+        fuse_experts(out)
+
+
+def fuse_experts(model_dir):
+    """Rewrites the checkpoint with the experts fused, as transformers holds
+    them in memory: loaded back by transformers, so the tensors are the very
+    ones the reference is computed from."""
+    from safetensors.torch import save_file
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in state)
+    for name in os.listdir(model_dir):
+        if name.endswith(".safetensors") or name == "model.safetensors.index.json":
+            os.remove(os.path.join(model_dir, name))
+    save_file(state, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
 def save_bin_twin(src, dest):
@@ -136,7 +174,7 @@ def legacy_rope_config(path):
 
 @torch.no_grad()
 def reference(model_dir, prompts, decode_tokens):
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     steps = [[] for _ in range(1 + DECODE_STEPS)]
     for b, prompt in enumerate(prompts):
         out = model(input_ids=torch.tensor([prompt]), use_cache=True)
@@ -151,7 +189,7 @@ def reference(model_dir, prompts, decode_tokens):
 
 @torch.no_grad()
 def greedy(model_dir, prompts, n):
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
     out = []
     for prompt in prompts:
         ids = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
@@ -252,6 +290,65 @@ def generate_transforms(dest, seed=11):
     print(f"transforms: {len(cases)} cases, {os.path.getsize(os.path.join(dest, 'inputs.safetensors'))} bytes")
 
 
+def generate_routers(dest, seed=13):
+    """Each MoE router kind of the SDK, run by transformers' own router module
+    (Qwen3MoeTopKRouter, GptOssTopKRouter, Glm4MoeTopkRouter) on random
+    tokens: inputs, router weights, and the expert weights and indices it
+    picks. The models' fixtures exercise softmax_topk end to end; these pin
+    the kinds whose plugins come later."""
+    from safetensors.torch import save_file
+    from transformers import Glm4MoeConfig, GptOssConfig
+    from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeTopkRouter
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssTopKRouter
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+
+    g = torch.Generator().manual_seed(seed)
+    hidden, tokens = 32, 9
+    tensors, cases = {}, []
+
+    def randomize(router):
+        for name, p in router.named_parameters():
+            p.data = torch.randn(p.shape, generator=g) * (1.0 if name == "weight" else 0.5)
+        for name, b in router.named_buffers():
+            b.data = torch.rand(b.shape, generator=g) * 0.2  # e_score_correction_bias: small, shifts choices
+        return router
+
+    def add(name, kind, router, **params):
+        x = torch.randn(tokens, hidden, generator=g) * 0.3
+        with torch.no_grad():
+            _, weights, indices = router(x)
+        inputs = {"x": x, "weight": router.weight}
+        if getattr(router, "bias", None) is not None:
+            inputs["bias"] = router.bias
+        if hasattr(router, "e_score_correction_bias"):
+            inputs["correction_bias"] = router.e_score_correction_bias
+        for k, v in inputs.items():
+            tensors[f"{name}.{k}"] = v.detach().float().contiguous()
+        tensors[f"{name}.expected_weights"] = weights.detach().float().contiguous()
+        tensors[f"{name}.expected_indices"] = indices.to(torch.int64).contiguous()
+        cases.append({"name": name, "kind": kind, "experts": router.num_experts, "top_k": router.top_k,
+                      "inputs": sorted(inputs), **params})
+
+    for norm in (True, False):
+        cfg = Qwen3MoeConfig(hidden_size=hidden, num_experts=12, num_experts_per_tok=4, norm_topk_prob=norm)
+        add(f"qwen3moe_norm_{str(norm).lower()}", "softmax_topk", randomize(Qwen3MoeTopKRouter(cfg)), normalize=norm)
+    cfg = GptOssConfig(hidden_size=hidden, num_local_experts=16, num_experts_per_tok=4)
+    add("gptoss_top4_of_16", "topk_softmax", randomize(GptOssTopKRouter(cfg)))
+    for name, groups, keep, k, norm, scale in [("glm_grouped_norm", 4, 2, 4, True, 2.5),
+                                               ("glm_one_group_raw", 1, 1, 3, False, 1.0)]:
+        cfg = Glm4MoeConfig(hidden_size=hidden, n_routed_experts=16, num_experts_per_tok=k, n_group=groups,
+                            topk_group=keep, norm_topk_prob=norm, routed_scaling_factor=scale)
+        add(name, "sigmoid_grouped", randomize(Glm4MoeTopkRouter(cfg)), normalize=norm, groups=groups,
+            topk_groups=keep, scale=scale)
+
+    os.makedirs(dest, exist_ok=True)
+    save_file(tensors, os.path.join(dest, "inputs.safetensors"))
+    with open(os.path.join(dest, "cases.json"), "w") as f:
+        json.dump(cases, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"routers: {len(cases)} cases")
+
+
 def pad(prompts):
     width = max(len(p) for p in prompts)
     return np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
@@ -262,18 +359,26 @@ def main():
     ap.add_argument("names", nargs="*", help="fixtures to (re)generate; default: all, and the demo model")
     args = ap.parse_args()
     torch.set_num_threads(1)  # deterministic reductions
-    names = args.names or list(FIXTURES_SPEC) + ["demo", "transforms"]
-    for i, name in enumerate(sorted(FIXTURES_SPEC)):
+    extras = ["demo", "transforms", "routers"]
+    names = args.names or list(ALL_SPEC) + extras
+    unknown = set(names) - set(ALL_SPEC) - set(extras)
+    if unknown:
+        ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
+    # Seeds follow the sorted names, so adding an architecture that sorts
+    # after the others leaves their fixtures unchanged.
+    for i, name in enumerate(sorted(ALL_SPEC)):
         if name in names:
-            overrides, dtype, options = FIXTURES_SPEC[name]
+            overrides, dtype, options = ALL_SPEC[name]
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=1000 + i)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
+    if "routers" in names:
+        generate_routers(os.path.join(FIXTURES, "routers"))
     if "demo" in names:
         generate_fixture(DEMO, "tiny-llama", dict(num_attention_heads=8, num_key_value_heads=2), "bfloat16", {},
                          seed=7, with_greedy=True)
     # The tests take the fixture list from here and fail on any that is missing.
-    manifest = sorted(FIXTURES_SPEC)
+    manifest = sorted(ALL_SPEC)
     with open(os.path.join(FIXTURES, "manifest.json"), "w") as f:
         json.dump({"fixtures": manifest}, f, indent=2)
         f.write("\n")

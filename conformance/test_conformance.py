@@ -122,20 +122,83 @@ def test_layerwise_matches_transformers(name, subfunctions, tmp_path):
         assert stitched.max() <= TOLERANCE and windows.max() <= TOLERANCE
 
 
-def test_subfunctions_full_check(tmp_path):
+MOE_FIXTURES = [n for n in FIXTURES if n.startswith("qwen3moe")]
+
+
+def moe_layers(fx):
+    """Layer indices transformers makes sparse (Qwen3MoeDecoderLayer's rule)."""
+    with open(os.path.join(fx.model, "config.json")) as f:
+        cfg = json.load(f)
+    step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers", [])
+    return [i for i in range(cfg["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0]
+
+
+def op_counts(path):
+    """TopK and ScatterElements nodes, and Gathers indexed by a TopK's
+    indices (expert weights picked per token)."""
+    model = onnx.load(path, load_external_data=False)
+    nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
+    routed = {n.output[1] for n in nodes if n.op_type == "TopK"}
+    return {"TopK": sum(n.op_type == "TopK" for n in nodes),
+            "ScatterElements": sum(n.op_type == "ScatterElements" for n in nodes),
+            "expert Gather": sum(n.op_type == "Gather" and n.input[1] in routed for n in nodes)}
+
+
+@pytest.mark.parametrize("name", MOE_FIXTURES)
+def test_moe_expert_strategies(name, tmp_path):
+    """--moe-strategy gather (each token's k experts, weights gathered) and
+    dense (every expert, weighed by the routing): both reproduce
+    transformers, whole and layerwise (window 1, layer functions, stitched
+    and window by window), and each builds the graph it names."""
+    fx = Fixture(name)
+    sparse = len(moe_layers(fx))
+    counts = {}
+    for strategy in ("gather", "dense"):
+        out = tmp_path / strategy
+        export(fx.model, out, "--moe-strategy", strategy)
+        path = str(out / "model.onnx")
+        diffs = max_diff_per_step(fx.run(path), fx.ref["logits"])
+        counts[strategy] = op_counts(path)
+        lw = tmp_path / f"{strategy}-layerwise"
+        export(fx.model, lw, "--moe-strategy", strategy, "--layerwise", "--subfunctions", "--keep-windows")
+        stitched = max_diff_per_step(fx.run(str(lw / "model.onnx")), fx.ref["logits"])
+        windows = max_diff_per_step(
+            ortrun.run(ortrun.Windows(window_files(lw)), fx.ref["prompts"], fx.ref["prompt_lengths"],
+                       fx.ref["decode_tokens"], fx.meta["ctx_len"]), fx.ref["logits"])
+        report = f"whole {diffs.max():.2e}, layerwise stitched {stitched.max():.2e}, windows {windows.max():.2e}"
+        print(f"{name} {strategy}: max |Δlogits| {report}")
+        assert max(diffs.max(), stitched.max(), windows.max()) <= TOLERANCE, f"{name} --moe-strategy {strategy}: {report}"
+    assert counts["gather"]["TopK"] == counts["dense"]["TopK"] == sparse, counts
+    assert (counts["gather"]["expert Gather"], counts["dense"]["expert Gather"]) == (3 * sparse, 0), counts  # gate, up, down
+    assert (counts["gather"]["ScatterElements"], counts["dense"]["ScatterElements"]) == (0, sparse), counts
+
+
+def expected_layer_calls(fx):
+    """The layer function each decoder layer calls, by transformers' rule."""
+    if fx.meta["name"].startswith("qwen3moe"):
+        sparse = moe_layers(fx)
+        return ["Qwen3MoeDecoderLayer" if i in sparse else "Qwen3MoeDenseDecoderLayer" for i in range(layer_count(fx))]
+    return ["LlamaDecoderLayer"] * layer_count(fx)
+
+
+@pytest.mark.parametrize("name", ["llama-bf16-sharded", "qwen3moe-bf16-top4-sparse"])
+def test_subfunctions_full_check(name, tmp_path):
     """Decoder layers as local functions (calling the custom-op functions)
-    pass onnx's full check, and each layer kind is one function."""
-    fx = Fixture("llama-bf16-sharded")
+    pass onnx's full check; each layer kind is one function (two where dense
+    and MoE layers mix), called in layer order; no function holds an op the
+    compiler rejects there."""
+    fx = Fixture(name)
     out = tmp_path / "out"
     export(fx.model, out, "--subfunctions", "--link", "copy")
     path = str(out / "model.onnx")
     onnx.checker.check_model(path, full_check=True)
     model = onnx.load(path, load_external_data=False)
-    calls = [n for n in model.graph.node if n.domain == "strata.llama"]
-    assert [n.op_type for n in calls] == ["LlamaDecoderLayer"] * layer_count(fx)
-    assert sorted(f.name for f in model.functions) == ["CtxGather", "CtxScatter", "CustomRMSNorm", "LlamaDecoderLayer"]
+    calls = [n.op_type for n in model.graph.node if n.domain.startswith("strata.")]
+    assert calls == expected_layer_calls(fx)
+    custom_ops = {"CtxGather", "CtxScatter", "CustomRMSNorm"}
+    assert sorted(f.name for f in model.functions) == sorted(custom_ops | set(calls))
     for f in model.functions:
-        if f.name == "LlamaDecoderLayer":
+        if f.name not in custom_ops:
             ops = {n.op_type for n in f.node}
             assert "Range" not in ops and "Expand" not in ops, f"the compiler rejects {ops & {'Range', 'Expand'}} in functions"
     np.testing.assert_allclose(fx.run(path), fx.ref["logits"], atol=TOLERANCE, rtol=0)

@@ -70,6 +70,15 @@ func joinFirst(errs []error, n int) error {
 	return fmt.Errorf("%s", msg)
 }
 
+// CheckResult is Check's answer for a model whose loading gave err: not
+// supported, with err as the reason; or supported, whole and layerwise.
+func CheckResult(err error) *pb.CheckResponse {
+	if err != nil {
+		return &pb.CheckResponse{Reasons: []string{err.Error()}}
+	}
+	return &pb.CheckResponse{Supported: true, LayerwiseSupported: true}
+}
+
 // PluginOptions checks that opts names only the given keys and returns them
 // with defaults filled in; an unknown key is an error naming the known ones.
 func PluginOptions(opts *pb.ExportOptions, plugin string, defaults map[string]string) (map[string]string, error) {

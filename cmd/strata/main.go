@@ -62,14 +62,28 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// Errors are printed by run; urfave/cli must not call os.Exit, which
 		// would skip stopping plugins.
 		ExitErrHandler: func(*cli.Context, error) {},
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
+		}, profileFlags...),
+		Before: func(c *cli.Context) error {
+			stop, err := startProfiles(c)
+			stopProfiles = stop
+			return err
+		},
+		After: func(*cli.Context) error {
+			if stopProfiles == nil {
+				return nil
+			}
+			return stopProfiles()
 		},
 		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand()},
 	}
 }
+
+// stopProfiles ends the profiles Before started.
+var stopProfiles func() error
 
 // usageError marks a mistake in how strata was called (exit code 2).
 type usageError struct{ msg string }

@@ -28,6 +28,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // tests that need a real process (signals).
 var (
 	llamaDir  string            // holds strata-plugin-llama
+	qwenDir   string            // holds strata-plugin-qwen3moe
 	fakeDirs  map[string]string // mode -> dir holding strata-plugin-fake-<mode>
 	strataBin string
 	tinyLlama = filepath.Join(testbin.Root(), "examples", "tiny-llama", "model")
@@ -49,6 +50,7 @@ func testMain(m *testing.M) int {
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(tmp, "config"))
 	os.Unsetenv("STRATA_PLUGIN_PATH")
 	llamaDir = filepath.Join(tmp, "llama")
+	qwenDir = filepath.Join(tmp, "qwen3moe")
 	if err := setup(tmp); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -58,6 +60,9 @@ func testMain(m *testing.M) int {
 
 func setup(tmp string) error {
 	if _, err := testbin.Build(llamaDir, "strata-plugin-llama", "./plugins/llama"); err != nil {
+		return err
+	}
+	if _, err := testbin.Build(qwenDir, "strata-plugin-qwen3moe", "./plugins/qwen3moe"); err != nil {
 		return err
 	}
 	var err error

@@ -48,8 +48,9 @@ type Options struct {
 	Weights      string // reference (default) or materialize
 	WeightSpec   string // also write another spec format: "qaic" (version 5, materialised weights only)
 
-	ContinuousBatching bool // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
-	CCL                bool // comp_ctx_lengths input: attention reads its length of cache rows
+	PluginOptions      map[string]string // options only some plugins know (moe_strategy)
+	ContinuousBatching bool              // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
+	CCL                bool              // comp_ctx_lengths input: attention reads its length of cache rows
 
 	Layerwise   bool // export windows of WindowSize layers, then stitch them
 	WindowSize  int  // layers per window (default 1)
@@ -90,7 +91,8 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if e.opts, e.compute, err = checkOptions(opts); err != nil {
 		return nil, err
 	}
-	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching, Ccl: e.opts.CCL}
+	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
+		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
 	if e.parts, err = buildParts(ctx, p, ckpt, exportOpts, e.opts.Layerwise); err != nil {
 		return nil, err
 	}

@@ -152,6 +152,7 @@ type windowKey struct {
 	Strata, Plugin, PluginVersion string
 	ComputeDType, Link, Weights   string
 	Subfunctions, CB, CCL         bool
+	PluginOptions                 map[string]string
 	Checkpoint, ConfigSHA256      string
 	Span                          string
 	Layers                        int32
@@ -170,10 +171,14 @@ func (e *exporter) windowInputs(s window.Span) (string, error) {
 	sum := sha256.Sum256(e.ckpt.ConfigJSON)
 	k := windowKey{
 		Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion(),
-		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Weights: e.opts.Weights, Subfunctions: e.opts.Subfunctions, CB: e.opts.ContinuousBatching, CCL: e.opts.CCL,
+		ComputeDType: e.opts.ComputeDType, Link: e.opts.Link, Weights: e.opts.Weights, Subfunctions: e.opts.Subfunctions, CB: e.opts.ContinuousBatching, CCL: e.opts.CCL, PluginOptions: e.opts.PluginOptions,
 		Checkpoint: e.ckpt.Dir, ConfigSHA256: hex.EncodeToString(sum[:]), Span: s.String(), Layers: s.Count,
 	}
-	for _, key := range e.windowTensors(s) {
+	keys, err := e.windowTensors(s)
+	if err != nil {
+		return "", err
+	}
+	for _, key := range keys {
 		t, ok := e.ckpt.Tensor(key)
 		if !ok {
 			return "", fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
@@ -184,29 +189,41 @@ func (e *exporter) windowInputs(s window.Span) (string, error) {
 	return window.HashJSON(k)
 }
 
-// windowTensors lists the checkpoint keys a window binds, in binding order.
-func (e *exporter) windowTensors(s window.Span) []string {
+// windowTensors lists the checkpoint keys a window reads, in binding order:
+// the keys bound as stored and those inside weight expressions.
+func (e *exporter) windowTensors(s window.Span) ([]string, error) {
+	type part struct {
+		resp  *pb.BuildResponse
+		layer int32
+	}
+	var parts []part
+	if s.IsFirst() {
+		parts = append(parts, part{e.parts.embed, sdk.NonLayer})
+	}
+	for _, l := range e.parts.plan.GetLayers()[s.First : s.Last+1] {
+		parts = append(parts, part{e.parts.kinds[l.GetKind()], l.GetIndex()})
+	}
+	if s.IsLast() {
+		parts = append(parts, part{e.parts.final, sdk.NonLayer})
+	}
 	var keys []string
 	seen := map[string]bool{}
-	add := func(resp *pb.BuildResponse, layer int32) {
-		bindings, _ := layerBindings(resp, layer)
+	for _, p := range parts {
+		bindings, _ := layerBindings(p.resp, p.layer)
 		for _, b := range bindings {
-			if !seen[b.GetKey()] {
-				seen[b.GetKey()] = true
-				keys = append(keys, b.GetKey())
+			expr, err := weights.BindingExpr(b)
+			if err != nil {
+				return nil, fmt.Errorf("plugin binding for %s: %w", b.GetInput(), err)
+			}
+			for _, key := range expr.Keys() {
+				if !seen[key] {
+					seen[key] = true
+					keys = append(keys, key)
+				}
 			}
 		}
 	}
-	if s.IsFirst() {
-		add(e.parts.embed, sdk.NonLayer)
-	}
-	for _, l := range e.parts.plan.GetLayers()[s.First : s.Last+1] {
-		add(e.parts.kinds[l.GetKind()], l.GetIndex())
-	}
-	if s.IsLast() {
-		add(e.parts.final, sdk.NonLayer)
-	}
-	return keys
+	return keys, nil
 }
 
 // stitch reads the window files back and joins them.

@@ -93,19 +93,24 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	return name, nil
 }
 
+// BindingExpr is the weight a binding names: a checkpoint key as stored, or
+// an expression over keys.
+func BindingExpr(wb *pb.WeightBinding) (*transform.Expr, error) {
+	if wb.GetWeight() != nil {
+		return transform.FromProto(wb.GetWeight())
+	}
+	return transform.Leaf(wb.GetKey()), nil
+}
+
 // expression reads the binding, checks it against the checkpoint, and casts
 // the result to the dtype the function wants.
 func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
-	e := transform.Leaf(wb.GetKey())
-	if wb.GetWeight() != nil {
-		var err error
-		if e, err = transform.FromProto(wb.GetWeight()); err != nil {
-			return nil, err
-		}
+	e, err := BindingExpr(wb)
+	if err != nil {
+		return nil, err
 	}
 	target := t.compute
 	if wb.GetDtype() != "" {
-		var err error
 		if target, err = dtype.Parse(wb.GetDtype()); err != nil {
 			return nil, err
 		}

@@ -47,7 +47,8 @@ type Stats struct {
 
 // generators maps a config's model_type to the tensors its checkpoint holds.
 var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, error){
-	"llama": LlamaTensors,
+	"llama":     LlamaTensors,
+	"qwen3_moe": Qwen3MoeTensors,
 }
 
 // Tensors lists the tensors of a checkpoint of configJSON's model_type.

@@ -526,3 +526,58 @@ func TestErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestQwen3MoeMatchesSavePretrained: the generator's header for a tiny
+// Qwen3-MoE config (dense and sparse layers, 12 experts) is byte for byte the
+// one transformers wrote for the conformance fixture.
+func TestQwen3MoeMatchesSavePretrained(t *testing.T) {
+	ref := filepath.Join("..", "..", "conformance", "fixtures", "qwen3moe-bf16-top4-sparse", "model")
+	config, err := os.ReadFile(filepath.Join(ref, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := Tensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Write(dir, config, tensors, fiveGB); err != nil {
+		t.Fatal(err)
+	}
+	got, want := filepath.Join(dir, singleFile), filepath.Join(ref, singleFile)
+	if g, w := rawHeader(t, got), rawHeader(t, want); !bytes.Equal(g, w) {
+		t.Errorf("header:\n%s\nwant\n%s", g, w)
+	}
+	if g, w := fileSize(t, got), fileSize(t, want); g != w {
+		t.Errorf("%d bytes, want %d", g, w)
+	}
+}
+
+// TestQwen3_235B writes the Qwen3-235B-A22B config as released (BF16, per-
+// expert keys, "4GB" shards): 36,945 tensors in 118 shards, 235,093,634,560
+// parameters (the release's index total_size 470,187,269,120 / 2).
+func TestQwen3_235B(t *testing.T) {
+	config := readConfig(t, "qwen3-235b-a22b")
+	tensors, err := Tensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perLayer = 4 + 2 + 1 + 128*3 + 2 // attention, q/k norms, router, experts, layer norms
+	wantTensors, params := 3+94*perLayer, int64(235_093_634_560)
+	const fourGB = 4_000_000_000
+	dir := t.TempDir()
+	st, err := Write(dir, config, tensors, fourGB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tensors != wantTensors || st.TensorBytes != 2*params || st.Shards != 118 {
+		t.Errorf("Stats = %+v, want %d tensors in 118 shards, %d tensor bytes", st, wantTensors, 2*params)
+	}
+	c, err := checkpoint.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOpened(t, c, st, wantTensors, params)
+	checkShardLimit(t, c, tensors, fourGB)
+	checkSparse(t, c, st)
+}

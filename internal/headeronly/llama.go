@@ -59,16 +59,25 @@ func LlamaTensors(configJSON []byte, dt string) ([]Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, v := int64(s.hidden), int64(s.vocab)
+	return decoderTensors(dt, s.hidden, s.vocab, s.layers, s.tied, func(l int, prefix string) []Tensor {
+		return s.layer(prefix, dt)
+	}), nil
+}
+
+// decoderTensors lists a decoder-only LM's tensors in state-dict order:
+// embedding, each layer's (under model.layers.<l>.), final norm, and the
+// head unless tied (save_pretrained drops a tied head).
+func decoderTensors(dt string, hidden, vocab, layers int, tied bool, layer func(l int, prefix string) []Tensor) []Tensor {
+	h, v := int64(hidden), int64(vocab)
 	out := []Tensor{{"model.embed_tokens.weight", dt, []int64{v, h}}}
-	for l := range s.layers {
-		out = append(out, s.layer(fmt.Sprintf("model.layers.%d.", l), dt)...)
+	for l := range layers {
+		out = append(out, layer(l, fmt.Sprintf("model.layers.%d.", l))...)
 	}
 	out = append(out, Tensor{"model.norm.weight", dt, []int64{h}})
-	if !s.tied { // save_pretrained drops the tied head
+	if !tied {
 		out = append(out, Tensor{"lm_head.weight", dt, []int64{v, h}})
 	}
-	return out, nil
+	return out
 }
 
 // layer lists one decoder layer's tensors in LlamaDecoderLayer's module
@@ -77,20 +86,23 @@ func (s llamaShape) layer(prefix, dt string) []Tensor {
 	h, i := int64(s.hidden), int64(s.intermediate)
 	q, kv := int64(s.heads*s.headDim), int64(s.kvHeads*s.headDim)
 	var out []Tensor
-	linear := func(name string, outDim, inDim int64, bias bool) {
-		out = append(out, Tensor{prefix + name + ".weight", dt, []int64{outDim, inDim}})
-		if bias {
-			out = append(out, Tensor{prefix + name + ".bias", dt, []int64{outDim}})
-		}
-	}
-	linear("self_attn.q_proj", q, h, s.attentionBias)
-	linear("self_attn.k_proj", kv, h, s.attentionBias)
-	linear("self_attn.v_proj", kv, h, s.attentionBias)
-	linear("self_attn.o_proj", h, q, s.attentionBias)
-	linear("mlp.gate_proj", i, h, s.mlpBias)
-	linear("mlp.up_proj", i, h, s.mlpBias)
-	linear("mlp.down_proj", h, i, s.mlpBias)
+	out = append(out, linear(prefix+"self_attn.q_proj", dt, q, h, s.attentionBias)...)
+	out = append(out, linear(prefix+"self_attn.k_proj", dt, kv, h, s.attentionBias)...)
+	out = append(out, linear(prefix+"self_attn.v_proj", dt, kv, h, s.attentionBias)...)
+	out = append(out, linear(prefix+"self_attn.o_proj", dt, h, q, s.attentionBias)...)
+	out = append(out, linear(prefix+"mlp.gate_proj", dt, i, h, s.mlpBias)...)
+	out = append(out, linear(prefix+"mlp.up_proj", dt, i, h, s.mlpBias)...)
+	out = append(out, linear(prefix+"mlp.down_proj", dt, h, i, s.mlpBias)...)
 	return append(out,
 		Tensor{prefix + "input_layernorm.weight", dt, []int64{h}},
 		Tensor{prefix + "post_attention_layernorm.weight", dt, []int64{h}})
+}
+
+// linear is an nn.Linear's weight [out, in] and, with bias, its bias [out].
+func linear(name, dt string, outDim, inDim int64, bias bool) []Tensor {
+	out := []Tensor{{name + ".weight", dt, []int64{outDim, inDim}}}
+	if bias {
+		out = append(out, Tensor{name + ".bias", dt, []int64{outDim}})
+	}
+	return out
 }

@@ -37,10 +37,8 @@ func (llama) Describe(context.Context) (*pb.DescribeResponse, error) {
 }
 
 func (llama) Check(_ context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
-	if _, err := load(req.GetModel()); err != nil {
-		return &pb.CheckResponse{Reasons: []string{err.Error()}}, nil
-	}
-	return &pb.CheckResponse{Supported: true, LayerwiseSupported: true}, nil
+	_, err := load(req.GetModel())
+	return sdk.CheckResult(err), nil
 }
 
 func (llama) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, error) {
@@ -51,17 +49,8 @@ func (llama) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, err
 	if _, err := sdk.PluginOptions(req.GetOptions(), pluginName, nil); err != nil {
 		return nil, err
 	}
-	plan := &pb.PlanResponse{
-		ModelType:      modelType,
-		Kinds:          []*pb.LayerKind{{Name: layerKind, Caches: build.KVCaches(req.GetOptions(), cfg.kvHeads, cfg.headDim)}},
-		ContextOutputs: build.ContextOutputs,
-		VocabSize:      int64(cfg.vocab),
-		HiddenSize:     int64(cfg.hidden),
-	}
-	for i := range cfg.layers {
-		plan.Layers = append(plan.Layers, &pb.Layer{Index: int32(i), Kind: layerKind})
-	}
-	return plan, nil
+	caches := build.KVCaches(req.GetOptions(), cfg.kvHeads, cfg.headDim)
+	return build.DecoderPlan(modelType, cfg.layers, func(int) string { return layerKind }, caches, cfg.vocab, cfg.hidden), nil
 }
 
 func (llama) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildResponse, error) {
@@ -69,25 +58,14 @@ func (llama) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildResponse, 
 	if err != nil {
 		return nil, err
 	}
-	dt, err := build.ComputeDType(req.GetOptions())
-	if err != nil {
-		return nil, err
-	}
-	switch req.GetPart() {
-	case sdk.PartEmbed:
-		return build.EmbedPart(domain, "LlamaEmbed", dt, cfg.embeddingKey()), nil
-	case sdk.PartContext:
-		return build.ContextPart(domain, "LlamaContext", dt, cfg.rope, req.GetOptions()), nil
-	case sdk.PartLayer:
-		if req.GetKind() != layerKind {
-			return nil, fmt.Errorf("llama has one layer kind, %q; asked for %q", layerKind, req.GetKind())
+	d := build.Decoder{Domain: domain, Name: "Llama", EmbedKey: cfg.embeddingKey(), NormKey: "model.norm.weight",
+		HeadKey: cfg.lmHeadKey(), Eps: cfg.eps, RoPE: cfg.rope}
+	return d.Build(req, func(dt build.DType, kind string, layers []int32) (*pb.BuildResponse, error) {
+		if kind != layerKind {
+			return nil, fmt.Errorf("llama has one layer kind, %q; asked for %q", layerKind, kind)
 		}
-		return cfg.layer(dt, req.GetOptions(), req.GetLayers()), nil
-	case sdk.PartFinal:
-		return build.FinalPart(domain, "LlamaFinal", dt, cfg.eps, "model.norm.weight", cfg.lmHeadKey()), nil
-	default:
-		return nil, fmt.Errorf("llama has no part %q", req.GetPart())
-	}
+		return cfg.layer(dt, req.GetOptions(), layers), nil
+	})
 }
 
 // config holds the config.json fields a Llama graph depends on.

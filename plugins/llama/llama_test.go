@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -18,21 +18,12 @@ const tinyConfig = `{"model_type": "llama", "hidden_size": 64, "intermediate_siz
 // tinyModel is a config with the inventory it implies, edited by edit.
 func tinyModel(t *testing.T, edit func(map[string]any)) *pb.Model {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(tinyConfig), &m); err != nil {
-		t.Fatal(err)
+	data := plugintest.Config(t, tinyConfig, edit)
+	cfg, err := parseConfig(data)
+	if err != nil {
+		return &pb.Model{ConfigJson: data}
 	}
-	if edit != nil {
-		edit(m)
-	}
-	data, _ := json.Marshal(m)
-	model := &pb.Model{ConfigJson: data}
-	if cfg, err := parseConfig(data); err == nil {
-		for _, w := range cfg.tensors() {
-			model.Tensors = append(model.Tensors, &pb.TensorInfo{Key: w.Key, Dtype: "BF16", Shape: w.Shape})
-		}
-	}
-	return model
+	return plugintest.Model(data, cfg.tensors(), "BF16")
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -79,37 +70,16 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 	for _, tied := range []bool{false, true} {
 		t.Run(fmt.Sprint("tied=", tied), func(t *testing.T) {
 			model := tinyModel(t, func(m map[string]any) { m["tie_word_embeddings"] = tied; m["attention_bias"] = true })
-			inv := sdk.NewInventory(model)
-			roles := map[string]bool{sdk.InputIDs: true, sdk.PositionIDs: true, sdk.HiddenStates: true,
-				build.PastKey: true, build.PastValue: true}
-			for _, c := range build.ContextOutputs {
-				roles[c] = true
+			parts := plugintest.RequireBound(t, llama{}, model,
+				&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
+				&pb.BuildRequest{Part: sdk.PartLayer, Kind: layerKind, Layers: []int32{0, 1}},
+				&pb.BuildRequest{Part: sdk.PartFinal})
+			head := parts[3][sdk.NonLayer]["lm_head.weight"]
+			if tied != slices.Equal(head, []string{"model.embed_tokens.weight"}) {
+				t.Errorf("tied=%v but lm_head bound to %v", tied, head)
 			}
-			parts := []*pb.BuildRequest{{Part: sdk.PartEmbed}, {Part: sdk.PartContext}, {Part: sdk.PartFinal},
-				{Part: sdk.PartLayer, Kind: layerKind, Layers: []int32{0, 1}}}
-			for _, req := range parts {
-				req.Model = model
-				resp, err := llama{}.Build(context.Background(), req)
-				if err != nil {
-					t.Fatalf("%s: %v", req.Part, err)
-				}
-				for _, lw := range resp.GetWeights() {
-					bound := map[string]string{}
-					for _, b := range lw.GetBindings() {
-						if !inv.Has(b.GetKey()) {
-							t.Errorf("%s layer %d binds %s, not in the checkpoint", req.Part, lw.GetLayer(), b.GetKey())
-						}
-						bound[b.GetInput()] = b.GetKey()
-					}
-					for _, in := range resp.GetFunction().GetInput() {
-						if !roles[in] && bound[in] == "" {
-							t.Errorf("%s input %s is neither a role nor bound", req.Part, in)
-						}
-					}
-					if req.Part == sdk.PartFinal && tied != (bound["lm_head.weight"] == "model.embed_tokens.weight") {
-						t.Errorf("tied=%v but lm_head bound to %s", tied, bound["lm_head.weight"])
-					}
-				}
+			if len(parts[2]) != 2 {
+				t.Errorf("layer bindings for %d layers, want 2", len(parts[2]))
 			}
 		})
 	}

@@ -55,15 +55,19 @@ type Attention struct {
 	Scaling                 float64 // multiplies q·k; 1/√head_dim when 0
 	RoPE                    RoPE
 	Q, K, V, O              Linear
+	// QNorm, KNorm: per-head RMSNorm weights [head_dim] applied to queries
+	// and keys before RoPE (Qwen3), or "".
+	QNorm, KNorm Value
+	NormEps      float64
 }
 
 // Apply computes attention for x [B,S,H] (already normed), writing this
 // step's keys and values into the cache. It returns the output [B,S,H] and
 // the updated caches.
 func (a Attention) Apply(f *Func, x Value, c AttentionContext) (out, presentKey, presentValue Value) {
-	q := a.heads(f.Scope("q_proj"), a.Q, x, a.Heads)
-	k := a.heads(f.Scope("k_proj"), a.K, x, a.KVHeads)
-	v := a.heads(f.Scope("v_proj"), a.V, x, a.KVHeads)
+	q := a.heads(f.Scope("q_proj"), a.Q, x, a.Heads, a.QNorm)
+	k := a.heads(f.Scope("k_proj"), a.K, x, a.KVHeads, a.KNorm)
+	v := a.heads(f.Scope("v_proj"), a.V, x, a.KVHeads, "")
 	q = a.RoPE.Apply(f.Scope("rope_q"), q, c.Cos, c.Sin, a.HeadDim)
 	k = a.RoPE.Apply(f.Scope("rope_k"), k, c.Cos, c.Sin, a.HeadDim)
 
@@ -92,9 +96,12 @@ func (c AttentionContext) read(f *Func, cache, length Value) Value {
 	return f.Call(CtxGatherFunc(), []Value{cache, c.ReadIndices, length})
 }
 
-// heads projects x [B,S,H] to [B,n,S,hd].
-func (a Attention) heads(f *Func, l Linear, x Value, n int) Value {
+// heads projects x [B,S,H] to [B,n,S,hd], norming each head if norm is set.
+func (a Attention) heads(f *Func, l Linear, x Value, n int, norm Value) Value {
 	y := f.Reshape(l.Apply(f, x), 0, 0, int64(n), int64(a.HeadDim))
+	if norm != "" {
+		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
+	}
 	return f.Transpose(y, 0, 2, 1, 3)
 }
 

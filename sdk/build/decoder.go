@@ -38,6 +38,60 @@ func KVCaches(opts *pb.ExportOptions, kvHeads, headDim int) []*pb.CacheSpec {
 	return []*pb.CacheSpec{{Name: PastKey, Shape: shape}, {Name: PastValue, Shape: shape}}
 }
 
+// Decoder describes a Llama-like model's non-layer parts. Its Build answers
+// the embed, context and final parts and hands decoder layers to the plugin.
+type Decoder struct {
+	Domain string
+	Name   string // functions are <Name>Embed, <Name>Context, <Name>Final
+	// Checkpoint keys of the embedding, the final norm and the head (the
+	// embedding again when tied).
+	EmbedKey, NormKey, HeadKey string
+	Eps                        float64 // the final norm's
+	RoPE                       RoPE
+}
+
+// LayerBuilder builds the decoder layer function of one kind, computing in
+// dt, with bindings for each of layers.
+type LayerBuilder func(dt DType, kind string, layers []int32) (*pb.BuildResponse, error)
+
+// Build answers a BuildRequest.
+func (d Decoder) Build(req *pb.BuildRequest, layer LayerBuilder) (*pb.BuildResponse, error) {
+	dt, err := ComputeDType(req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	switch req.GetPart() {
+	case sdk.PartEmbed:
+		return EmbedPart(d.Domain, d.Name+"Embed", dt, d.EmbedKey), nil
+	case sdk.PartContext:
+		return ContextPart(d.Domain, d.Name+"Context", dt, d.RoPE, req.GetOptions()), nil
+	case sdk.PartLayer:
+		return layer(dt, req.GetKind(), req.GetLayers())
+	case sdk.PartFinal:
+		return FinalPart(d.Domain, d.Name+"Final", dt, d.Eps, d.NormKey, d.HeadKey), nil
+	default:
+		return nil, fmt.Errorf("%s has no part %q (parts: %s, %s, %s, %s)", d.Domain, req.GetPart(),
+			sdk.PartEmbed, sdk.PartContext, sdk.PartLayer, sdk.PartFinal)
+	}
+}
+
+// DecoderPlan plans layers 0..n-1, layer i of kind(i), every kind with the
+// same caches.
+func DecoderPlan(modelType string, n int, kind func(i int) string, caches []*pb.CacheSpec, vocab, hidden int) *pb.PlanResponse {
+	plan := &pb.PlanResponse{ModelType: modelType, ContextOutputs: ContextOutputs,
+		VocabSize: int64(vocab), HiddenSize: int64(hidden)}
+	kinds := map[string]bool{}
+	for i := range n {
+		k := kind(i)
+		if !kinds[k] {
+			kinds[k] = true
+			plan.Kinds = append(plan.Kinds, &pb.LayerKind{Name: k, Caches: caches})
+		}
+		plan.Layers = append(plan.Layers, &pb.Layer{Index: int32(i), Kind: k})
+	}
+	return plan
+}
+
 // EmbedPart looks input_ids up in the embedding tensor embedKey.
 func EmbedPart(domain, name string, dt DType, embedKey string) *pb.BuildResponse {
 	f := NewFunc(domain, name, dt)

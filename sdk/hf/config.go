@@ -167,6 +167,27 @@ func (c Config) Strings(key string) ([]string, error) {
 	return out, nil
 }
 
+// Ints is an optional list of integers (nil when absent).
+func (c Config) Ints(key string) ([]int, error) {
+	if !c.Has(key) {
+		return nil, nil
+	}
+	list, ok := c.m[key].([]any)
+	if !ok {
+		return nil, c.wrongType(key, "a list of integers")
+	}
+	out := make([]int, len(list))
+	for i, v := range list {
+		n, ok := v.(json.Number)
+		x, err := n.Int64()
+		if !ok || err != nil {
+			return nil, c.wrongType(key, "a list of integers")
+		}
+		out[i] = int(x)
+	}
+	return out, nil
+}
+
 // Object is an optional nested object; ok is false when absent or null.
 func (c Config) Object(key string) (sub Config, ok bool, err error) {
 	if !c.Has(key) {

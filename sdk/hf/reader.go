@@ -47,3 +47,21 @@ func (r *Reader) StringOr(key, def string) string {
 	r.keep(err)
 	return v
 }
+
+// Ints is an optional list of integers.
+func (r *Reader) Ints(key string) []int {
+	v, err := r.Config.Ints(key)
+	r.keep(err)
+	return v
+}
+
+// FirstInt is a required integer that may be spelled several ways (config
+// fields renamed across transformers versions): the first key present.
+func (r *Reader) FirstInt(keys ...string) int {
+	for _, k := range keys {
+		if r.Config.Has(k) {
+			return r.Int(k)
+		}
+	}
+	return r.Int(keys[0])
+}

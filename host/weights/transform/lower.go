@@ -48,8 +48,9 @@ func (e *Expr) Lower(g Graph) (string, error) {
 	case OpReshape:
 		return l.reshape(args[0], e.Type.Shape), nil
 	case OpStack:
+		axis := l.int64s(e.Axis)
 		for i, a := range args {
-			args[i] = g.Node("Unsqueeze", []string{a, l.int64s(e.Axis)})
+			args[i] = g.Node("Unsqueeze", []string{a, axis})
 		}
 		return g.Node("Concat", args, intAttr("axis", e.Axis)), nil
 	case OpConcat:
