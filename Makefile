@@ -7,8 +7,9 @@ PLUGINS := $(notdir $(wildcard plugins/*))
 TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
+BENCHENV := .venv/bench
 
-.PHONY: all build demo test test-go test-conformance lint fixtures proto clean
+.PHONY: all build demo test test-go test-conformance lint fixtures proto bench bench-torch clean
 
 all: build
 
@@ -25,6 +26,22 @@ build:
 # compare with transformers.
 demo: build $(TESTENV)/.installed
 	$(TESTENV)/bin/python examples/demo.py
+
+# Export header-only checkpoints of real releases (bench/configs) whole,
+# layerwise and with layer functions, and one architecture at 8/32/128
+# layers; prints Markdown tables and writes bench/results.json.
+bench: build
+	$(GO) run ./internal/cmd/bench --strata bin/strata --json bench/results.json
+
+# strata against torch.onnx.export on a mid-size random Llama (a few minutes,
+# ~5 GB of RAM; torch in its own environment).
+bench-torch: build $(BENCHENV)/.installed
+	$(BENCHENV)/bin/python bench/torch/compare.py --json bench/torch/results.json
+
+$(BENCHENV)/.installed: bench/torch/requirements.txt
+	$(PYTHON) -m venv $(BENCHENV)
+	$(BENCHENV)/bin/pip install -q --disable-pip-version-check -r $<
+	touch $@
 
 # Everything CI runs: lint, Go tests, and the conformance suite against ONNX Runtime.
 test: lint test-go test-conformance

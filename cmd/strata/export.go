@@ -84,6 +84,7 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 		res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "file"),
 		linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
 	printWindows(c, res)
+	recordBytesRead(c, ckpt.BytesRead)
 	for _, n := range res.Notes {
 		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
 	}

@@ -63,7 +63,7 @@ func TestLayerwiseUsageErrors(t *testing.T) {
 // moment, a model.onnx present is the complete one, and the next run
 // finishes the export to exactly the bytes of an uninterrupted one.
 func TestKillAndResume(t *testing.T) {
-	src := testbin.HeaderOnly(t, "llama-3.1-70b", 5_000_000_000)
+	src := testbin.HeaderOnly(t, "llama-3.1-70b")
 	args := func(out string) []string {
 		return []string{"export", src, "--out", out, "--plugin-dir", llamaDir, "--layerwise", "-j", "1"}
 	}

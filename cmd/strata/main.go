@@ -66,24 +66,20 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
-		}, profileFlags...),
+		}, append(profileFlags, statsFlag)...),
 		Before: func(c *cli.Context) error {
-			stop, err := startProfiles(c)
-			stopProfiles = stop
-			return err
+			startStats(c)
+			return startProfiles(c)
 		},
-		After: func(*cli.Context) error {
-			if stopProfiles == nil {
-				return nil
+		After: func(c *cli.Context) error {
+			if err := stopProfiles(c); err != nil {
+				return err
 			}
-			return stopProfiles()
+			return writeStats(c)
 		},
 		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand()},
 	}
 }
-
-// stopProfiles ends the profiles Before started.
-var stopProfiles func() error
 
 // usageError marks a mistake in how strata was called (exit code 2).
 type usageError struct{ msg string }
@@ -97,10 +93,12 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 		level = hclog.Debug
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: level})
-	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
+	reg := plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
 		Logger:  logger,
 	})
+	recordRegistry(c, reg)
+	return reg
 }
 
 // oneArg returns the command's single positional argument.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -648,5 +649,36 @@ func TestFullDisk(t *testing.T) {
 	}
 	if strings.Contains(left, "model.onnx") || strings.TrimSpace(left) != "" {
 		t.Errorf("the failed export left %q", left)
+	}
+}
+
+// --stats reports the command's wall and CPU time, the host's and the
+// plugins' peak RSS apart, and the checkpoint bytes the export read;
+// --cpuprofile and --memprofile write pprof files.
+func TestStatsAndProfiles(t *testing.T) {
+	dir := t.TempDir()
+	statsPath := filepath.Join(dir, "stats.json")
+	code, _, errOut := strata(t, "--stats", statsPath, "--cpuprofile", filepath.Join(dir, "cpu.prof"),
+		"--memprofile", filepath.Join(dir, "mem.prof"), "export", tinyLlama, "--out", filepath.Join(dir, "out"), "--plugin-dir", llamaDir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, name := range []string{"cpu.prof", "mem.prof"} {
+		if len(read(t, filepath.Join(dir, name))) == 0 {
+			t.Errorf("%s is empty", name)
+		}
+	}
+	var s runStats
+	if err := json.Unmarshal(read(t, statsPath), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Command != "export" || s.WallSeconds <= 0 || s.Host.UserSeconds+s.Host.SystemSeconds <= 0 {
+		t.Errorf("stats %+v", s)
+	}
+	if s.CheckpointBytesRead == nil || *s.CheckpointBytesRead <= 0 || *s.CheckpointBytesRead > 10_000 {
+		t.Errorf("checkpoint bytes read %v, want the tiny model's headers", s.CheckpointBytesRead)
+	}
+	if runtime.GOOS == "linux" && (s.Host.PeakRSSBytes <= 0 || s.Children.PeakRSSBytes <= 0) {
+		t.Errorf("peak RSS host %d, plugins %d", s.Host.PeakRSSBytes, s.Children.PeakRSSBytes)
 	}
 }

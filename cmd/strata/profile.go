@@ -16,32 +16,39 @@ var profileFlags = []cli.Flag{
 	&cli.PathFlag{Name: "memprofile", Usage: "write a pprof heap profile (allocations) at the end of the command to `FILE`"},
 }
 
-// startProfiles starts the CPU profile and returns the function that stops
-// it and writes the heap profile.
-func startProfiles(c *cli.Context) (stop func() error, err error) {
+const profilesKey = "profiles"
+
+// startProfiles starts the CPU profile; stopProfiles ends it and writes the
+// heap profile.
+func startProfiles(c *cli.Context) error {
 	stopCPU := func() error { return nil }
 	if path := c.Path("cpuprofile"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return nil, fmt.Errorf("--cpuprofile: %w", err)
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			f.Close()
-			return nil, fmt.Errorf("--cpuprofile: %w", err)
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		stopCPU = func() error { pprof.StopCPUProfile(); return f.Close() }
 	}
-	return func() error {
+	c.App.Metadata[profilesKey] = stopCPU
+	return nil
+}
+
+func stopProfiles(c *cli.Context) error {
+	if stopCPU, ok := c.App.Metadata[profilesKey].(func() error); ok {
 		if err := stopCPU(); err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
-		if path := c.Path("memprofile"); path != "" {
-			if err := writeHeapProfile(path); err != nil {
-				return fmt.Errorf("--memprofile: %w", err)
-			}
+	}
+	if path := c.Path("memprofile"); path != "" {
+		if err := writeHeapProfile(path); err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
 		}
-		return nil
-	}, nil
+	}
+	return nil
 }
 
 func writeHeapProfile(path string) error {

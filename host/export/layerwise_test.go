@@ -68,7 +68,7 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 		"bf16 sharded fixture": {func(*testing.T) string {
 			return filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
 		}, []int{1, 2, 3, 4}},
-		"Llama-3.1-8B header-only": {func(t *testing.T) string { return testbin.HeaderOnly(t, "llama-3.1-8b", 5_000_000_000) },
+		"Llama-3.1-8B header-only": {func(t *testing.T) string { return testbin.HeaderOnly(t, "llama-3.1-8b") },
 			[]int{1, 3, 7, 16, 32, 33}},
 	}
 	for name, tc := range cases {
@@ -100,7 +100,7 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 
 // Windows and model are the same bytes whatever -j, and on every re-run.
 func TestLayerwiseIsDeterministic(t *testing.T) {
-	ckpt := open(t, testbin.HeaderOnly(t, "llama-3.1-8b", 5_000_000_000))
+	ckpt := open(t, testbin.HeaderOnly(t, "llama-3.1-8b"))
 	var runs []map[string][]byte
 	for _, jobs := range []int{1, 4, 2} {
 		out := filepath.Join(t.TempDir(), "out")
@@ -122,7 +122,7 @@ func TestLayerwiseIsDeterministic(t *testing.T) {
 // A re-run keeps every window whose inputs are unchanged; changing one
 // tensor's header entry rebuilds exactly the window that uses it.
 func TestRerunSkipsUnchangedWindows(t *testing.T) {
-	src := testbin.HeaderOnly(t, "llama-3.1-8b", 200_000_000) // about one layer per shard
+	src := testbin.HeaderOnlyShards(t, "llama-3.1-8b", 200_000_000) // about one layer per shard
 	out := filepath.Join(t.TempDir(), "out")
 	opts := Options{Layerwise: true, WindowSize: 4, KeepWindows: true}
 	first := export(t, open(t, src), out, opts)

@@ -11,6 +11,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc/codes"
 
+	"github.com/strata-llm/strata/internal/procstat"
 	"github.com/strata-llm/strata/sdk"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -22,8 +23,12 @@ type Plugin struct {
 	Err  error
 
 	client  *goplugin.Client
+	cmd     *exec.Cmd
 	arch    sdk.Architecture
 	timeout time.Duration
+	// PeakRSS is the process's peak resident set size in bytes, read as it
+	// is stopped (0 where the OS does not say).
+	PeakRSS int64
 }
 
 // start launches the plugin and asks it to describe itself.
@@ -31,6 +36,7 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 	p := &Plugin{Candidate: c, timeout: timeout}
 	cmd := exec.Command(c.Path)
 	dieWithHost(cmd)
+	p.cmd = cmd
 	p.client = goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: sdk.Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{
@@ -136,6 +142,11 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 
 // Kill stops the plugin process (gracefully, then by force after 2 s).
 func (p *Plugin) Kill() {
+	if p.client != nil && !p.client.Exited() && p.cmd.Process != nil {
+		if rss, ok := procstat.PeakRSS(p.cmd.Process.Pid); ok {
+			p.PeakRSS = max(p.PeakRSS, rss)
+		}
+	}
 	if p.client != nil {
 		p.client.Kill()
 	}

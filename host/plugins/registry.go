@@ -104,6 +104,18 @@ func (r *Registry) Close() {
 	wg.Wait()
 }
 
+// PeakRSS is the largest peak resident set size of the plugins stopped so
+// far, in bytes.
+func (r *Registry) PeakRSS() int64 {
+	var peak int64
+	for _, p := range r.Plugins {
+		if p != nil {
+			peak = max(peak, p.PeakRSS)
+		}
+	}
+	return peak
+}
+
 // NotFoundError says no plugin handles a model_type, and where strata looked.
 type NotFoundError struct {
 	ModelType string

@@ -78,20 +78,35 @@ func containsPath(cmdline []byte, path string) bool {
 }
 
 // HeaderOnly writes, into a fresh temporary directory, a header-only
-// checkpoint of the shipped release config bench/configs/<config> (BF16),
-// its shards holding at most maxShardBytes of data each.
-func HeaderOnly(t testing.TB, config string, maxShardBytes int64) string {
+// checkpoint of the shipped release bench/configs/<release>, sharded as
+// released.
+func HeaderOnly(t testing.TB, release string) string {
 	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(Root(), "bench", "configs", config, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors, err := headeronly.Tensors(cfg, "BF16")
+	r, err := headeronly.LoadRelease(filepath.Join(Root(), "bench", "configs", release))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := headeronly.Write(dir, cfg, tensors, maxShardBytes); err != nil {
+	if _, err := headeronly.WriteRelease(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// HeaderOnlyShards is HeaderOnly with shards of at most maxShardBytes of
+// data instead of the release's split.
+func HeaderOnlyShards(t testing.TB, release string, maxShardBytes int64) string {
+	t.Helper()
+	r, err := headeronly.LoadRelease(filepath.Join(Root(), "bench", "configs", release))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := headeronly.Tensors(r.Config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := headeronly.Write(dir, r.Config, tensors, maxShardBytes); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -1,0 +1,51 @@
+package headeronly
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Release is a shipped real config (bench/configs/<name>/): config.json as
+// released and release.json, how the release is sharded.
+type Release struct {
+	Name          string
+	Config        []byte
+	Repo          string `json:"repo"`
+	MaxShardBytes int64  `json:"max_shard_bytes"` // save_pretrained's max_shard_size
+	Shards        int    `json:"shards"`          // the release's shard count
+}
+
+// LoadRelease reads the release in dir.
+func LoadRelease(dir string) (Release, error) {
+	r := Release{Name: filepath.Base(dir)}
+	meta, err := os.ReadFile(filepath.Join(dir, "release.json"))
+	if err != nil {
+		return Release{}, err
+	}
+	if err := json.Unmarshal(meta, &r); err != nil {
+		return Release{}, fmt.Errorf("%s: %w", filepath.Join(dir, "release.json"), err)
+	}
+	if r.Config, err = os.ReadFile(filepath.Join(dir, configFile)); err != nil {
+		return Release{}, err
+	}
+	return r, nil
+}
+
+// WriteRelease writes r as a header-only BF16 checkpoint into dir and
+// checks the shard count is the release's.
+func WriteRelease(dir string, r Release) (Stats, error) {
+	tensors, err := Tensors(r.Config, "BF16")
+	if err != nil {
+		return Stats{}, fmt.Errorf("%s: %w", r.Name, err)
+	}
+	st, err := Write(dir, r.Config, tensors, r.MaxShardBytes)
+	if err != nil {
+		return Stats{}, err
+	}
+	if st.Shards != r.Shards {
+		return st, fmt.Errorf("%s: wrote %d shards, the release has %d", r.Name, st.Shards, r.Shards)
+	}
+	return st, nil
+}
