@@ -76,3 +76,6 @@ const (
 
 // NonLayer is the LayerWeights.layer of bindings for parts other than layers.
 const NonLayer = -1
+
+// PartModel is a separate model of the plan's models (BuildRequest.model_name).
+const PartModel = "model"

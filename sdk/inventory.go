@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -41,13 +42,9 @@ func (inv Inventory) Expect(key string, shape ...int64) error {
 
 // ExpectAll checks every key → shape and reports the first few problems.
 func (inv Inventory) ExpectAll(want []ExpectedTensor) error {
-	var errs []error
-	for _, w := range want {
-		if err := inv.Expect(w.Key, w.Shape...); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return joinFirst(errs, 5)
+	c := inv.Checker(5)
+	c.Expect(want...)
+	return c.Err()
 }
 
 // ExpectedTensor is one tensor a plugin will bind.
@@ -56,18 +53,78 @@ type ExpectedTensor struct {
 	Shape []int64
 }
 
-func joinFirst(errs []error, n int) error {
-	if len(errs) == 0 {
+// Checker collects the problems of many expected tensors, at most max of
+// them: a check stops early instead of building an error per tensor a
+// config.json count (10⁹ experts) makes up.
+type Checker struct {
+	inv  Inventory
+	max  int
+	errs []error
+}
+
+// Checker starts a bounded check against inv.
+func (inv Inventory) Checker(max int) *Checker { return &Checker{inv: inv, max: max} }
+
+// Expect checks tensors until max problems are found.
+func (c *Checker) Expect(want ...ExpectedTensor) {
+	for _, w := range want {
+		if c.Full() {
+			return
+		}
+		if err := c.inv.Expect(w.Key, w.Shape...); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+}
+
+// Full reports whether max problems were found: checking more is moot.
+func (c *Checker) Full() bool { return len(c.errs) >= c.max }
+
+// Err joins the problems found, or is nil.
+func (c *Checker) Err() error {
+	if len(c.errs) == 0 {
 		return nil
 	}
-	msg := errs[0].Error()
-	for _, e := range errs[1:min(n, len(errs))] {
-		msg += "; " + e.Error()
+	msg := make([]string, len(c.errs))
+	for i, e := range c.errs {
+		msg[i] = e.Error()
 	}
-	if len(errs) > n {
-		msg += fmt.Sprintf("; and %d more", len(errs)-n)
+	out := strings.Join(msg, "; ")
+	if c.Full() {
+		out += fmt.Sprintf(" (stopped after %d problems)", c.max)
 	}
-	return fmt.Errorf("%s", msg)
+	return fmt.Errorf("%s", out)
+}
+
+// HasPrefix reports whether some key starts with prefix.
+func (inv Inventory) HasPrefix(prefix string) bool {
+	for k := range inv {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// LayerIndices lists, sorted, the indices i of the keys "<prefix><i>.…".
+func (inv Inventory) LayerIndices(prefix string) []int {
+	seen := map[int]bool{}
+	for k := range inv {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		digits, _, _ := strings.Cut(rest, ".")
+		if n, err := strconv.Atoi(digits); err == nil && n >= 0 {
+			seen[n] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // CheckResult is Check's answer for a model whose loading gave err: not

@@ -49,9 +49,10 @@ type pluginReport struct {
 }
 
 type archReport struct {
-	ModelType       string           `json:"model_type"`
-	HFArchitectures []string         `json:"hf_architectures"`
-	Capabilities    *pb.Capabilities `json:"capabilities"`
+	ModelType       string             `json:"model_type"`
+	HFArchitectures []string           `json:"hf_architectures"`
+	Capabilities    *pb.Capabilities   `json:"capabilities"`
+	Options         []*pb.PluginOption `json:"options,omitempty"`
 	// ShadowedBy names the plugin that handles this model_type instead.
 	ShadowedBy string `json:"shadowed_by,omitempty"`
 }
@@ -67,7 +68,8 @@ func archsReportOf(reg *plugins.Registry) archsReport {
 		}
 		pr.Name, pr.Version = p.Desc.GetName(), p.Desc.GetVersion()
 		for _, a := range p.Desc.GetArchitectures() {
-			ar := archReport{ModelType: a.GetModelType(), HFArchitectures: a.GetHfArchitectures(), Capabilities: a.GetCapabilities()}
+			ar := archReport{ModelType: a.GetModelType(), HFArchitectures: a.GetHfArchitectures(), Capabilities: a.GetCapabilities(),
+				Options: a.GetOptions()}
 			if winner, _ := reg.For(a.GetModelType()); winner != nil && winner != p {
 				ar.ShadowedBy = winner.Path
 			}
@@ -94,10 +96,22 @@ func (r archsReport) print(w io.Writer) {
 		fmt.Fprintf(w, "%s %s  %s (%s)\n", p.Name, p.Version, p.Path, p.FoundVia)
 		for _, a := range p.Architectures {
 			fmt.Fprintf(w, "  %-14s %-28s %s\n", a.ModelType, strings.Join(a.HFArchitectures, ","), capabilities(a.Capabilities))
+			printOptions(w, "    ", a.Options)
 			if a.ShadowedBy != "" {
 				fmt.Fprintf(w, "  %-14s (not used: %s handles it, found first)\n", "", a.ShadowedBy)
 			}
 		}
+	}
+}
+
+// printOptions lists plugin options as export takes them.
+func printOptions(w io.Writer, indent string, opts []*pb.PluginOption) {
+	for _, o := range opts {
+		values := ""
+		if len(o.GetAllowedValues()) > 0 {
+			values = " " + strings.Join(o.GetAllowedValues(), "|")
+		}
+		fmt.Fprintf(w, "%s--%s%s (default %s): %s\n", indent, strings.ReplaceAll(o.GetName(), "_", "-"), values, o.GetDefaultValue(), o.GetHelp())
 	}
 }
 
@@ -114,6 +128,9 @@ func capabilities(c *pb.Capabilities) string {
 	}
 	if c.GetVision() {
 		parts = append(parts, "vision")
+	}
+	if len(c.GetModels()) > 0 {
+		parts = append(parts, "models: "+strings.Join(c.GetModels(), ","))
 	}
 	return strings.Join(parts, "  ")
 }

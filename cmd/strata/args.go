@@ -45,6 +45,20 @@ func interspersed(app *cli.App, args []string) []string {
 				out = append(out, args[i+1])
 				i++
 			}
+		case strings.HasPrefix(a, "--") && !isFlag(cmd.Flags, a) && isFlag(cmd.Flags, "--"+pluginOptionFlag):
+			// A flag strata does not have is a plugin's option: --moe-strategy
+			// dense is --plugin-option moe_strategy=dense. The plugin refuses
+			// names it does not know.
+			name, value, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !hasValue && i+1 < len(args) {
+				value, hasValue = args[i+1], true
+				i++
+			}
+			if !hasValue {
+				flags = append(flags, a) // left for the parser to refuse
+				continue
+			}
+			flags = append(flags, "--"+pluginOptionFlag, strings.ReplaceAll(name, "-", "_")+"="+value)
 		case strings.HasPrefix(a, "-") && a != "-":
 			flags = append(flags, a)
 			if takesValue(cmd.Flags, a) && i+1 < len(args) {
@@ -58,6 +72,9 @@ func interspersed(app *cli.App, args []string) []string {
 	out = append(out, name)
 	return append(append(out, flags...), positional...)
 }
+
+// pluginOptionFlag passes an option to the plugin.
+const pluginOptionFlag = "plugin-option"
 
 // isFlag reports whether arg names one of flags.
 func isFlag(flags []cli.Flag, arg string) bool {

@@ -48,8 +48,7 @@ func exportFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
 		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
 		&cli.BoolFlag{Name: "ccl", Usage: "compute-context-length: a comp_ctx_lengths input whose length is how many cache rows attention reads"},
-		&cli.StringFlag{Name: "moe-strategy", Usage: "MoE plugins: run experts by gather (each token's k experts, weights gathered: the reference toolchain's graph, cheap decode) or dense (every expert on every token, weighted: static weight operands)"},
-		&cli.StringSliceFlag{Name: "plugin-option", Usage: "pass `KEY=VALUE` to the plugin (repeatable); a plugin refuses keys it does not know"},
+		&cli.StringSliceFlag{Name: "plugin-option", Usage: "pass `KEY=VALUE` to the plugin (repeatable; also written --KEY VALUE, dashes for underscores, e.g. --moe-strategy dense); `strata archs` lists each plugin's options, and a plugin refuses keys it does not know"},
 		&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
 		&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
 		&cli.BoolFlag{Name: "keep-windows", Usage: "keep DIR/windows/window_<first>_<last>.onnx after stitching (re-runs then skip unchanged windows)"},
@@ -114,8 +113,8 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 	return opts, nil
 }
 
-// pluginOptions gathers --plugin-option KEY=VALUE and --moe-strategy
-// (moe_strategy) for the plugin.
+// pluginOptions gathers --plugin-option KEY=VALUE (the CLI rewrote any
+// --KEY VALUE strata has no flag for into one) for the plugin.
 func pluginOptions(c *cli.Context) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range c.StringSlice("plugin-option") {
@@ -124,9 +123,6 @@ func pluginOptions(c *cli.Context) (map[string]string, error) {
 			return nil, usageError{fmt.Sprintf("--plugin-option %q: want KEY=VALUE", kv)}
 		}
 		out[k] = v
-	}
-	if c.IsSet("moe-strategy") {
-		out["moe_strategy"] = c.String("moe-strategy")
 	}
 	if len(out) == 0 {
 		return nil, nil

@@ -50,6 +50,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 func init() {
 	// -v is --verbose here; --version keeps no short form.
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+	printHelp := cli.HelpPrinter
+	cli.HelpPrinter = func(w io.Writer, templ string, data any) {
+		printHelp(w, templ, data)
+		if cmd, ok := data.(*cli.Command); ok && (cmd.Name == "export" || cmd.Name == "compile") {
+			printPluginOptions(w)
+		}
+	}
+}
+
+// helpPluginDirs are the --plugin-dir flags, for help that lists the
+// options of the plugins found.
+var helpPluginDirs []string
+
+// printPluginOptions lists, under a command's help, the options each
+// plugin found declares: the CLI knows no architecture's options itself.
+func printPluginOptions(w io.Writer) {
+	reg := plugins.Load(context.Background(), plugins.SearchPath(helpPluginDirs), plugins.Options{
+		Timeout: 30 * time.Second, Logger: hclog.NewNullLogger()})
+	defer reg.Close()
+	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, or --plugin-option KEY=VALUE; from the plugins found):")
+	for _, p := range reg.Plugins {
+		for _, a := range p.Desc.GetArchitectures() {
+			if len(a.GetOptions()) > 0 {
+				fmt.Fprintf(w, "   %s (plugin %s):\n", a.GetModelType(), p.Desc.GetName())
+				printOptions(w, "     ", a.GetOptions())
+			}
+		}
+	}
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -68,6 +96,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
 		}, append(profileFlags, statsFlag)...),
 		Before: func(c *cli.Context) error {
+			helpPluginDirs = c.StringSlice("plugin-dir")
 			startStats(c)
 			return startProfiles(c)
 		},

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/blocks"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
@@ -80,7 +80,7 @@ func ReadModel(path string) (*Model, error) {
 		return nil, fmt.Errorf("%s has no KV-cache inputs with _RetainedState outputs: not a strata causal-LM export", path)
 	}
 	for _, fn := range m.GetFunctions() {
-		if fn.GetDomain() != build.QualcommDomain && fn.GetDomain() != build.QTIDomain && strings.HasPrefix(fn.GetDomain(), "strata.") {
+		if fn.GetDomain() != blocks.QualcommDomain && fn.GetDomain() != blocks.QTIDomain && strings.HasPrefix(fn.GetDomain(), "strata.") {
 			info.LayerFunctions = true
 		}
 	}

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/fn"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 func part() *onnxpb.FunctionProto {
-	f := build.NewFunc("d", "Part", build.Float32)
+	f := fn.NewFunc("d", "Part", fn.Float32)
 	x, w := f.Input("x"), f.Input("w")
 	f.Output("y", f.Scope("blk").Mul(f.Add(x, w), w))
 	return f.Proto()
@@ -37,7 +38,7 @@ func TestInlineRenames(t *testing.T) {
 	if mul.GetName() != "layers.3/blk/Mul" {
 		t.Errorf("node name %q", mul.GetName())
 	}
-	if b.opsets[""] != build.Opset {
+	if b.opsets[""] != fn.Opset {
 		t.Errorf("default opset not imported: %v", b.opsets)
 	}
 }
@@ -63,13 +64,13 @@ func TestInlineRefusesLooseBindings(t *testing.T) {
 
 func TestFunctionsMustAgree(t *testing.T) {
 	b := New("g")
-	if err := b.AddFunction(build.CtxScatterFunc()); err != nil {
+	if err := b.AddFunction(blocks.CtxScatterFunc()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.AddFunction(build.CtxScatterFunc()); err != nil {
+	if err := b.AddFunction(blocks.CtxScatterFunc()); err != nil {
 		t.Errorf("the same function twice: %v", err)
 	}
-	other := build.CtxGatherFunc()
+	other := blocks.CtxGatherFunc()
 	other.Name = "CtxScatter"
 	if err := b.AddFunction(other); err == nil || !strings.Contains(err.Error(), "two different definitions") {
 		t.Errorf("conflicting definitions accepted: %v", err)

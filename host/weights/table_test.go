@@ -8,9 +8,9 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
-	"github.com/strata-llm/strata/sdk/build"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/weight"
 )
 
 // source writes a small checkpoint: three BF16 experts, an F32 norm, U8 codes.
@@ -49,8 +49,8 @@ func source(t *testing.T) *checkpoint.Checkpoint {
 }
 
 func stackBinding(input string) *pb.WeightBinding {
-	return &pb.WeightBinding{Input: input, Weight: build.StackWeights(0,
-		build.Tensor("experts.0.w"), build.Tensor("experts.1.w"), build.Tensor("experts.2.w"))}
+	return &pb.WeightBinding{Input: input, Weight: weight.Stack(0,
+		weight.Tensor("experts.0.w"), weight.Tensor("experts.1.w"), weight.Tensor("experts.2.w")).Proto()}
 }
 
 func TestTableNamesDedupesAndRecords(t *testing.T) {
@@ -104,7 +104,7 @@ func TestTableErrorsNameTensorAndFile(t *testing.T) {
 	}{
 		"missing":        {&pb.WeightBinding{Key: "nope"}, []string{"tensor nope", "missing from the checkpoint"}},
 		"bytes as float": {&pb.WeightBinding{Key: "codes"}, []string{"uint8 tensor cannot be cast", "codes in model.safetensors"}},
-		"bad stack": {&pb.WeightBinding{Weight: build.StackWeights(0, build.Tensor("experts.0.w"), build.Tensor("norm"))},
+		"bad stack": {&pb.WeightBinding{Weight: weight.Stack(0, weight.Tensor("experts.0.w"), weight.Tensor("norm")).Proto()},
 			[]string{"argument 1 is float32", "norm in model.safetensors"}},
 	}
 	for name, c := range cases {

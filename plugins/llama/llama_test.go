@@ -18,12 +18,7 @@ const tinyConfig = `{"model_type": "llama", "hidden_size": 64, "intermediate_siz
 // tinyModel is a config with the inventory it implies, edited by edit.
 func tinyModel(t *testing.T, edit func(map[string]any)) *pb.Model {
 	t.Helper()
-	data := plugintest.Config(t, tinyConfig, edit)
-	cfg, err := parseConfig(data)
-	if err != nil {
-		return &pb.Model{ConfigJson: data}
-	}
-	return plugintest.Model(data, cfg.tensors(), "BF16")
+	return plugintest.Edited(t, plugin, tinyConfig, edit, "BF16")
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -42,7 +37,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			resp, err := llama{}.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, tc.edit)})
+			resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, tc.edit)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +52,7 @@ func TestMissingOrMisshapenTensors(t *testing.T) {
 	model := tinyModel(t, nil)
 	model.Tensors = model.Tensors[1:] // drop one
 	model.Tensors[0].Shape = []int64{1, 2}
-	resp, _ := llama{}.Check(context.Background(), &pb.CheckRequest{Model: model})
+	resp, _ := plugin.Check(context.Background(), &pb.CheckRequest{Model: model})
 	reasons := strings.Join(resp.GetReasons(), ";")
 	if resp.GetSupported() || !strings.Contains(reasons, "missing from the checkpoint") || !strings.Contains(reasons, "has shape [1 2]") {
 		t.Errorf("reasons %q", reasons)
@@ -70,9 +65,9 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 	for _, tied := range []bool{false, true} {
 		t.Run(fmt.Sprint("tied=", tied), func(t *testing.T) {
 			model := tinyModel(t, func(m map[string]any) { m["tie_word_embeddings"] = tied; m["attention_bias"] = true })
-			parts := plugintest.RequireBound(t, llama{}, model,
+			parts := plugintest.RequireBound(t, plugin, model,
 				&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
-				&pb.BuildRequest{Part: sdk.PartLayer, Kind: layerKind, Layers: []int32{0, 1}},
+				&pb.BuildRequest{Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0, 1}},
 				&pb.BuildRequest{Part: sdk.PartFinal})
 			head := parts[3][sdk.NonLayer]["lm_head.weight"]
 			if tied != slices.Equal(head, []string{"model.embed_tokens.weight"}) {
@@ -86,7 +81,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	plan, err := llama{}.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, nil)})
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

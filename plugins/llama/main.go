@@ -4,4 +4,4 @@ package main
 
 import "github.com/strata-llm/strata/sdk"
 
-func main() { sdk.Serve(llama{}) }
+func main() { sdk.Serve(plugin) }

@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/build"
-	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/decoder"
+	"github.com/strata-llm/strata/sdk/weight"
 )
 
 // expertLayout is how a checkpoint stores a layer's experts, found from
@@ -25,65 +24,56 @@ const (
 	fusedRows
 )
 
-func (c config) detectLayout(inv sdk.Inventory, l int32) (expertLayout, error) {
-	if inv.Has(build.LayerKey(l, "mlp.experts.0.gate_proj.weight")) {
+func (c config) detectLayout(m *decoder.Model, l int32) (expertLayout, error) {
+	first, last := expertName(0, "gate_proj"), expertName(c.experts-1, "gate_proj")
+	if m.HasLayerTensor(l, first) {
+		if !m.HasLayerTensor(l, last) { // a count the tensors cannot back, found without listing them all
+			return 0, fmt.Errorf("config.json: num_experts is %d, but layer %d has no tensor %s", c.experts, l, m.LayerKey(l, last))
+		}
 		return perExpert, nil
 	}
-	t, ok := inv[build.LayerKey(l, "mlp.experts.gate_up_proj")]
+	t, ok := m.LayerTensor(l, "mlp.experts.gate_up_proj")
 	if !ok {
 		return 0, fmt.Errorf("layer %d is a MoE layer but holds neither per-expert tensors (%s) nor fused ones (%s)",
-			l, build.LayerKey(l, "mlp.experts.0.gate_proj.weight"), build.LayerKey(l, "mlp.experts.gate_up_proj"))
+			l, m.LayerKey(l, first), m.LayerKey(l, "mlp.experts.gate_up_proj"))
 	}
-	want := []int64{int64(c.experts), 2 * int64(c.moeIntermediate), int64(c.hidden)}
+	want := []int64{int64(c.experts), 2 * int64(c.moeIntermediate), int64(m.Hidden)}
 	if !slices.Equal(t.Shape, want) {
 		return 0, fmt.Errorf("tensor %s has shape %v; config.json implies %v (experts, 2×moe_intermediate_size, hidden_size)",
-			build.LayerKey(l, "mlp.experts.gate_up_proj"), t.Shape, want)
+			m.LayerKey(l, "mlp.experts.gate_up_proj"), t.Shape, want)
 	}
 	return fusedRows, nil
 }
 
-// moeTensors lists a MoE layer's router and expert tensors in its layout.
-func (c config) moeTensors(l int32) []sdk.ExpectedTensor {
-	e, h, i := int64(c.experts), int64(c.hidden), int64(c.moeIntermediate)
-	out := []sdk.ExpectedTensor{{Key: build.LayerKey(l, "mlp.gate.weight"), Shape: []int64{e, h}}}
-	switch c.layouts[l] {
-	case perExpert:
-		for x := range c.experts {
-			out = append(out,
-				sdk.ExpectedTensor{Key: expertKey(l, x, "gate_proj"), Shape: []int64{i, h}},
-				sdk.ExpectedTensor{Key: expertKey(l, x, "up_proj"), Shape: []int64{i, h}},
-				sdk.ExpectedTensor{Key: expertKey(l, x, "down_proj"), Shape: []int64{h, i}})
-		}
-	case fusedRows:
-		out = append(out,
-			sdk.ExpectedTensor{Key: build.LayerKey(l, "mlp.experts.gate_up_proj"), Shape: []int64{e, 2 * i, h}},
-			sdk.ExpectedTensor{Key: build.LayerKey(l, "mlp.experts.down_proj"), Shape: []int64{e, h, i}})
-	}
-	return out
-}
+func expertName(e int, proj string) string { return fmt.Sprintf("mlp.experts.%d.%s.weight", e, proj) }
 
-func expertKey(l int32, e int, proj string) string {
-	return build.LayerKey(l, fmt.Sprintf("mlp.experts.%d.%s.weight", e, proj))
-}
+type expertPart int
 
-// experts are the weight expressions of a layer's stacked experts, as the
+const (
+	gatePart expertPart = iota
+	upPart
+	downPart
+)
+
+// stacked is the weight expression of layer l's stacked experts, as the
 // second matmul operand: gate and up [E,H,I], down [E,I,H].
-func (lay expertLayout) experts(c config, l int32) (gate, up, down *pb.Weight) {
-	i := int64(c.moeIntermediate)
-	fused := build.Tensor(build.LayerKey(l, "mlp.experts.gate_up_proj"))
-	fusedDown := build.Tensor(build.LayerKey(l, "mlp.experts.down_proj"))
+func (lay expertLayout) stacked(c config, m *decoder.Model, l int32, part expertPart) weight.Expr {
+	e, h, i := int64(c.experts), int64(m.Hidden), int64(c.moeIntermediate)
 	if lay == perExpert {
-		stack := func(proj string) *pb.Weight {
-			ws := make([]*pb.Weight, c.experts)
-			for e := range ws { // numeric order: expert 10 after 9
-				ws[e] = build.Tensor(expertKey(l, e, proj))
-			}
-			return build.TransposeWeight(build.StackWeights(0, ws...), 0, 2, 1)
+		proj, shape := [...]string{"gate_proj", "up_proj", "down_proj"}[part], []int64{i, h}
+		if part == downPart {
+			shape = []int64{h, i}
 		}
-		return stack("gate_proj"), stack("up_proj"), stack("down_proj")
+		ws := make([]weight.Expr, c.experts)
+		for x := range ws { // numeric order: expert 10 after 9
+			ws[x] = weight.Tensor(m.LayerKey(l, expertName(x, proj)), shape...)
+		}
+		return weight.Transpose(weight.Stack(0, ws...), 0, 2, 1)
 	}
-	half := func(start int64) *pb.Weight { // fusedRows: gate rows, then up rows
-		return build.TransposeWeight(build.SliceWeight(fused, 1, start, start+i, 1), 0, 2, 1)
+	if part == downPart {
+		return weight.Transpose(weight.Tensor(m.LayerKey(l, "mlp.experts.down_proj"), e, h, i), 0, 2, 1)
 	}
-	return half(0), half(i), build.TransposeWeight(fusedDown, 0, 2, 1)
+	fused := weight.Tensor(m.LayerKey(l, "mlp.experts.gate_up_proj"), e, 2*i, h)
+	start := int64(part) * i // gate rows, then up rows
+	return weight.Transpose(weight.Slice(fused, 1, start, start+i, 1), 0, 2, 1)
 }

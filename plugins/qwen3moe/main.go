@@ -5,4 +5,4 @@ package main
 
 import "github.com/strata-llm/strata/sdk"
 
-func main() { sdk.Serve(qwen3moe{}) }
+func main() { sdk.Serve(plugin) }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -24,16 +24,16 @@ const tinyConfig = `{"model_type": "qwen3_moe", "hidden_size": 64, "intermediate
 // given expert layout.
 func tinyModel(t *testing.T, layout expertLayout, edit func(map[string]any)) *pb.Model {
 	t.Helper()
-	data := plugintest.Config(t, tinyConfig, edit)
-	cfg, err := parseConfig(data)
-	if err != nil {
-		return &pb.Model{ConfigJson: data}
+	var seeds []*pb.TensorInfo // what tells the layouts apart
+	for l := range 4 {
+		key := func(name string) string { return fmt.Sprintf("model.layers.%d.%s", l, name) }
+		if layout == perExpert {
+			seeds = append(seeds, &pb.TensorInfo{Key: key(expertName(0, "gate_proj"))}, &pb.TensorInfo{Key: key(expertName(11, "gate_proj"))})
+		} else {
+			seeds = append(seeds, &pb.TensorInfo{Key: key("mlp.experts.gate_up_proj"), Shape: []int64{12, 64, 64}})
+		}
 	}
-	cfg.layouts = make([]expertLayout, cfg.layers)
-	for i := range cfg.layouts {
-		cfg.layouts[i] = layout
-	}
-	return plugintest.Model(data, cfg.tensors(), "BF16")
+	return plugintest.Edited(t, plugin, tinyConfig, edit, "BF16", seeds...)
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -53,7 +53,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			resp, err := qwen3moe{}.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, perExpert, tc.edit)})
+			resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, perExpert, tc.edit)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,13 +78,13 @@ func TestExpertLayouts(t *testing.T) {
 		}, "layer 3 is a MoE layer but holds neither per-expert tensors"},
 		"one expert missing": {func(t *testing.T) *pb.Model {
 			m := tinyModel(t, perExpert, nil)
-			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == expertKey(1, 11, "down_proj") })
+			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(1, expertName(11, "down_proj")) })
 			return m
 		}, "model.layers.1.mlp.experts.11.down_proj.weight"},
 		"fused misshapen": {func(t *testing.T) *pb.Model {
 			m := tinyModel(t, fusedRows, nil)
 			for _, ti := range m.Tensors {
-				if ti.Key == build.LayerKey(1, "mlp.experts.gate_up_proj") {
+				if ti.Key == layerKey(1, "mlp.experts.gate_up_proj") {
 					ti.Shape = []int64{12, 32, 64} // gate only
 				}
 			}
@@ -93,7 +93,7 @@ func TestExpertLayouts(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			resp, err := qwen3moe{}.Check(context.Background(), &pb.CheckRequest{Model: tc.model(t)})
+			resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: tc.model(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := qwen3moe{}.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, tc.edit)})
+			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, tc.edit)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,13 +150,13 @@ func TestPluginOptions(t *testing.T) {
 		want string
 	}{
 		"default":        {nil, ""},
-		"dense":          {map[string]string{optStrategy: build.Dense}, ""},
+		"dense":          {map[string]string{optStrategy: blocks.Dense}, ""},
 		"bad strategy":   {map[string]string{optStrategy: "sparse"}, `moe_strategy "sparse": use gather or dense`},
 		"unknown option": {map[string]string{"experts_per_tok": "2"}, `no option "experts_per_tok" (it has: moe_strategy)`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := qwen3moe{}.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, nil),
+			_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, nil),
 				Options: &pb.ExportOptions{PluginOptions: tc.opts}})
 			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("error %v, want %q", err, tc.want)
@@ -171,17 +171,17 @@ func TestPluginOptions(t *testing.T) {
 func TestBuildBindsEveryWeight(t *testing.T) {
 	for _, layout := range []expertLayout{perExpert, fusedRows} {
 		t.Run(fmt.Sprint("layout ", layout), func(t *testing.T) {
-			parts := plugintest.RequireBound(t, qwen3moe{}, tinyModel(t, layout, nil),
+			parts := plugintest.RequireBound(t, plugin, tinyModel(t, layout, nil),
 				&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
 				&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindDense, Layers: []int32{0, 2}},
 				&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindMoE, Layers: []int32{1, 3}},
 				&pb.BuildRequest{Part: sdk.PartFinal})
 			down := parts[3][3]["mlp.experts.down"]
-			want := []string{build.LayerKey(3, "mlp.experts.down_proj")}
+			want := []string{layerKey(3, "mlp.experts.down_proj")}
 			if layout == perExpert {
 				want = nil
 				for e := range 12 {
-					want = append(want, expertKey(3, e, "down_proj"))
+					want = append(want, layerKey(3, expertName(e, "down_proj")))
 				}
 			}
 			if !slices.Equal(down, want) {
@@ -203,7 +203,7 @@ func TestBuildRefusesWrongKind(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := qwen3moe{}.Build(context.Background(), &pb.BuildRequest{Model: tinyModel(t, perExpert, nil),
+			_, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: tinyModel(t, perExpert, nil),
 				Part: sdk.PartLayer, Kind: tc.kind, Layers: tc.layers})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)
@@ -211,3 +211,5 @@ func TestBuildRefusesWrongKind(t *testing.T) {
 		})
 	}
 }
+
+func layerKey(l int32, name string) string { return fmt.Sprintf("model.layers.%d.%s", l, name) }

@@ -199,3 +199,7 @@ func (c Config) Object(key string) (sub Config, ok bool, err error) {
 	}
 	return Config{path: c.path + ": " + key, m: m}, true, nil
 }
+
+// Path names the object in errors: "config.json", or "config.json: text_config"
+// for a nested one.
+func (c Config) Path() string { return c.path }

@@ -65,3 +65,27 @@ func (r *Reader) FirstInt(keys ...string) int {
 	}
 	return r.Int(keys[0])
 }
+
+// Float is a required number.
+func (r *Reader) Float(key string) float64 {
+	v, err := r.Config.Float(key)
+	r.keep(err)
+	return v
+}
+
+// Strings is an optional list of strings.
+func (r *Reader) Strings(key string) []string {
+	v, err := r.Config.Strings(key)
+	r.keep(err)
+	return v
+}
+
+// Object is an optional nested object; ok is false when absent or null.
+func (r *Reader) Object(key string) (sub Config, ok bool) {
+	sub, ok, err := r.Config.Object(key)
+	r.keep(err)
+	return sub, ok
+}
+
+// Fail records err unless an earlier error is kept.
+func (r *Reader) Fail(err error) { r.keep(err) }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -30,12 +30,49 @@ func Config(t testing.TB, base string, edit func(map[string]any)) []byte {
 	return data
 }
 
-// Model is a checkpoint as the host describes it: configJSON and an
-// inventory of tensors, all of safetensors dtype dt.
-func Model(configJSON []byte, tensors []sdk.ExpectedTensor, dt string) *pb.Model {
+// Expecter lists the tensors a plugin binds for a model (decoder.Plugin
+// does).
+type Expecter interface {
+	ExpectedTensors(model *pb.Model) ([]sdk.ExpectedTensor, error)
+}
+
+// Model is a checkpoint as the host describes it: configJSON and the
+// tensors arch expects of it, all of safetensors dtype dt. Seeds are
+// tensors the plugin looks at to tell on-disk layouts apart; they are part
+// of the inventory it is asked about. A config the plugin refuses gives a
+// model with no tensors (Check then says why).
+func Model(t testing.TB, arch Expecter, configJSON []byte, dt string, seeds ...*pb.TensorInfo) *pb.Model {
+	t.Helper()
+	want, err := arch.ExpectedTensors(&pb.Model{ConfigJson: configJSON, Tensors: seeds})
+	if err != nil {
+		return &pb.Model{ConfigJson: configJSON}
+	}
+	return FromTensors(configJSON, want, dt)
+}
+
+// Edited is Model of base with edit applied (see Config). When the plugin
+// refuses the edited config, the tensors are those of base, so a test of a
+// config error sees the plugin's reason, not missing tensors.
+func Edited(t testing.TB, arch Expecter, base string, edit func(map[string]any), dt string, seeds ...*pb.TensorInfo) *pb.Model {
+	t.Helper()
+	data := Config(t, base, edit)
+	m := Model(t, arch, data, dt, seeds...)
+	if len(m.Tensors) == 0 {
+		m.Tensors = Model(t, arch, []byte(base), dt, seeds...).Tensors
+	}
+	return m
+}
+
+// FromTensors is a model of configJSON holding tensors, all of dtype dt
+// (each key once).
+func FromTensors(configJSON []byte, tensors []sdk.ExpectedTensor, dt string) *pb.Model {
 	m := &pb.Model{ConfigJson: configJSON}
+	seen := map[string]bool{}
 	for _, w := range tensors {
-		m.Tensors = append(m.Tensors, &pb.TensorInfo{Key: w.Key, Dtype: dt, Shape: w.Shape})
+		if !seen[w.Key] {
+			seen[w.Key] = true
+			m.Tensors = append(m.Tensors, &pb.TensorInfo{Key: w.Key, Dtype: dt, Shape: w.Shape})
+		}
 	}
 	return m
 }
@@ -51,8 +88,15 @@ func RequireBound(t testing.TB, arch sdk.Architecture, model *pb.Model, parts ..
 	t.Helper()
 	inv := sdk.NewInventory(model)
 	roles := map[string]bool{sdk.InputIDs: true, sdk.PositionIDs: true, sdk.HiddenStates: true,
-		build.PastKey: true, build.PastValue: true}
-	for _, c := range build.ContextOutputs {
+		decoder.PastKey: true, decoder.PastValue: true}
+	for _, c := range decoder.StandardContext {
+		roles[c] = true
+	}
+	plan, err := arch.Plan(context.Background(), &pb.PlanRequest{Model: model})
+	if err != nil {
+		t.Fatalf("plan: %v", err)
+	}
+	for _, c := range plan.GetContextOutputs() {
 		roles[c] = true
 	}
 	var out []map[int32]Bindings

@@ -1,6 +1,6 @@
 // Command routercases writes one ONNX model per MoE router case that
 // generate.py recorded from transformers (conformance/fixtures/routers): the
-// SDK's build.Router alone, its inputs (tokens x [T, H], router weight, bias,
+// SDK's blocks.Router alone, its inputs (tokens x [T, H], router weight, bias,
 // correction bias) as graph inputs, the chosen experts' weights and indices
 // as outputs. The conformance suite runs them under ONNX Runtime against the
 // recorded choices.
@@ -19,7 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-llm/strata/host/graph"
-	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/fn"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
@@ -77,9 +78,9 @@ func writeCases(fixture, out string) error {
 // model is the router as a function called from a graph whose inputs are the
 // case's tensors.
 func (c routerCase) model() ([]byte, error) {
-	f := build.NewFunc("strata.test", "Router", build.Float32)
+	f := fn.NewFunc("strata.test", "Router", fn.Float32)
 	x := f.Input("x")
-	r := build.Router{Kind: c.Kind, Experts: c.Experts, TopK: c.TopK, Normalize: c.Normalize, Weight: f.Input("weight"),
+	r := blocks.Router{Kind: c.Kind, Experts: c.Experts, TopK: c.TopK, Normalize: c.Normalize, Weight: f.Input("weight"),
 		Groups: c.Groups, TopKGroups: c.TopKGroups, Scale: c.Scale}
 	if slices.Contains(c.Inputs, "bias") {
 		r.Bias = f.Input("bias")
@@ -93,17 +94,17 @@ func (c routerCase) model() ([]byte, error) {
 	}
 	f.Output("weights", weights)
 	f.Output("indices", indices)
-	fn := f.Proto()
+	body := f.Proto()
 
 	b := graph.New("router")
-	if err := b.Import("", build.Opset); err != nil {
+	if err := b.Import("", fn.Opset); err != nil {
 		return nil, err
 	}
-	call := graph.Call{Fn: fn, Inputs: map[string]string{}, Prefix: "router",
+	call := graph.Call{Fn: body, Inputs: map[string]string{}, Prefix: "router",
 		Outputs: map[string]string{"weights": "weights", "indices": "indices"}}
 	dims := map[string][]graph.Dim{"x": {{Param: "tokens"}, {Param: "hidden"}}, "weight": {{Size: int64(c.Experts)}, {Param: "hidden"}},
 		"bias": {{Size: int64(c.Experts)}}, "correction_bias": {{Size: int64(c.Experts)}}}
-	for _, in := range fn.GetInput() {
+	for _, in := range body.GetInput() {
 		b.Input(in, onnxpb.TensorProto_FLOAT, dims[in]...)
 		call.Inputs[in] = in
 	}

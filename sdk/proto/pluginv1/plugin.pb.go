@@ -151,8 +151,12 @@ type ArchitectureSupport struct {
 	// Hugging Face config.json "architectures" names, e.g. LlamaForCausalLM.
 	HfArchitectures []string      `protobuf:"bytes,2,rep,name=hf_architectures,json=hfArchitectures,proto3" json:"hf_architectures,omitempty"`
 	Capabilities    *Capabilities `protobuf:"bytes,3,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Options the plugin understands for this architecture (--plugin-option
+	// NAME=VALUE, or --NAME VALUE with dashes for underscores): the host lists
+	// them in `strata archs` and export's help, and knows nothing else of them.
+	Options       []*PluginOption `protobuf:"bytes,4,rep,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ArchitectureSupport) Reset() {
@@ -206,6 +210,82 @@ func (x *ArchitectureSupport) GetCapabilities() *Capabilities {
 	return nil
 }
 
+func (x *ArchitectureSupport) GetOptions() []*PluginOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+type PluginOption struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DefaultValue string                 `protobuf:"bytes,2,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	// The values accepted; empty: any string.
+	AllowedValues []string `protobuf:"bytes,3,rep,name=allowed_values,json=allowedValues,proto3" json:"allowed_values,omitempty"`
+	Help          string   `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginOption) Reset() {
+	*x = PluginOption{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginOption) ProtoMessage() {}
+
+func (x *PluginOption) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginOption.ProtoReflect.Descriptor instead.
+func (*PluginOption) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PluginOption) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PluginOption) GetDefaultValue() string {
+	if x != nil {
+		return x.DefaultValue
+	}
+	return ""
+}
+
+func (x *PluginOption) GetAllowedValues() []string {
+	if x != nil {
+		return x.AllowedValues
+	}
+	return nil
+}
+
+func (x *PluginOption) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
 type Capabilities struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Layerwise bool                   `protobuf:"varint,1,opt,name=layerwise,proto3" json:"layerwise,omitempty"`
@@ -218,13 +298,17 @@ type Capabilities struct {
 	// Quantised source formats it reads, e.g. "fp8-block", "mxfp4".
 	QuantizedFormats []string `protobuf:"bytes,5,rep,name=quantized_formats,json=quantizedFormats,proto3" json:"quantized_formats,omitempty"`
 	Vision           bool     `protobuf:"varint,6,opt,name=vision,proto3" json:"vision,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Separate models the plugin can build beside model.onnx (e.g. "vision",
+	// "mtp"), each described in the plan's models; the host exports them with
+	// --model NAME.
+	Models        []string `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[3]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +320,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[3]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +333,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{3}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Capabilities) GetLayerwise() bool {
@@ -294,6 +378,13 @@ func (x *Capabilities) GetVision() bool {
 	return false
 }
 
+func (x *Capabilities) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // What the plugin may know of a checkpoint: its config and its tensor
 // inventory from the safetensors headers. Never tensor bytes.
 type Model struct {
@@ -306,7 +397,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[4]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +409,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[4]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +422,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{4}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Model) GetConfigJson() []byte {
@@ -360,7 +451,7 @@ type TensorInfo struct {
 
 func (x *TensorInfo) Reset() {
 	*x = TensorInfo{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[5]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +463,7 @@ func (x *TensorInfo) String() string {
 func (*TensorInfo) ProtoMessage() {}
 
 func (x *TensorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[5]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +476,7 @@ func (x *TensorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorInfo.ProtoReflect.Descriptor instead.
 func (*TensorInfo) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TensorInfo) GetKey() string {
@@ -418,7 +509,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[6]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +521,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[6]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +534,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckRequest) GetModel() *Model {
@@ -465,7 +556,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[7]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +568,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[7]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +581,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckResponse) GetSupported() bool {
@@ -534,7 +625,7 @@ type ExportOptions struct {
 
 func (x *ExportOptions) Reset() {
 	*x = ExportOptions{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[8]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +637,7 @@ func (x *ExportOptions) String() string {
 func (*ExportOptions) ProtoMessage() {}
 
 func (x *ExportOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[8]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +650,7 @@ func (x *ExportOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportOptions.ProtoReflect.Descriptor instead.
 func (*ExportOptions) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExportOptions) GetComputeDtype() string {
@@ -600,7 +691,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[9]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +703,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[9]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +716,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlanRequest) GetModel() *Model {
@@ -653,13 +744,27 @@ type PlanResponse struct {
 	ContextOutputs []string `protobuf:"bytes,4,rep,name=context_outputs,json=contextOutputs,proto3" json:"context_outputs,omitempty"`
 	VocabSize      int64    `protobuf:"varint,5,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
 	HiddenSize     int64    `protobuf:"varint,6,opt,name=hidden_size,json=hiddenSize,proto3" json:"hidden_size,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Rank of the position_ids graph input: 2 ([batch_size, seq_len], the
+	// default when 0) or 3 ([3, batch_size, seq_len]: MRoPE's t/h/w rows).
+	PositionIdsRank int32 `protobuf:"varint,7,opt,name=position_ids_rank,json=positionIdsRank,proto3" json:"position_ids_rank,omitempty"`
+	// The first part takes inputs_embeds [batch_size, seq_len, hidden] (in the
+	// compute dtype) instead of input_ids; the embed part is not built.
+	InputsEmbeds bool `protobuf:"varint,8,opt,name=inputs_embeds,json=inputsEmbeds,proto3" json:"inputs_embeds,omitempty"`
+	// Outputs of the final part the model also returns, after logits and
+	// before the retained caches (e.g. the final hidden_states an MTP draft
+	// reads).
+	ExtraOutputs []*IOSpec `protobuf:"bytes,9,rep,name=extra_outputs,json=extraOutputs,proto3" json:"extra_outputs,omitempty"`
+	// The multi-token-prediction layers found in the checkpoint, if any.
+	Mtp *MTPLayout `protobuf:"bytes,10,opt,name=mtp,proto3" json:"mtp,omitempty"`
+	// Separate models the plugin can build (Build part "model").
+	Models        []*ModelSpec `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[10]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +776,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[10]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +789,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanResponse) GetModelType() string {
@@ -729,6 +834,240 @@ func (x *PlanResponse) GetHiddenSize() int64 {
 	return 0
 }
 
+func (x *PlanResponse) GetPositionIdsRank() int32 {
+	if x != nil {
+		return x.PositionIdsRank
+	}
+	return 0
+}
+
+func (x *PlanResponse) GetInputsEmbeds() bool {
+	if x != nil {
+		return x.InputsEmbeds
+	}
+	return false
+}
+
+func (x *PlanResponse) GetExtraOutputs() []*IOSpec {
+	if x != nil {
+		return x.ExtraOutputs
+	}
+	return nil
+}
+
+func (x *PlanResponse) GetMtp() *MTPLayout {
+	if x != nil {
+		return x.Mtp
+	}
+	return nil
+}
+
+func (x *PlanResponse) GetModels() []*ModelSpec {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// A graph input or output: name, element type and shape.
+type IOSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "compute" (the export's compute dtype), or an ONNX type name: float32,
+	// float16, int64, ...
+	Dtype         string `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Shape         []*Dim `protobuf:"bytes,3,rep,name=shape,proto3" json:"shape,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IOSpec) Reset() {
+	*x = IOSpec{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IOSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IOSpec) ProtoMessage() {}
+
+func (x *IOSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IOSpec.ProtoReflect.Descriptor instead.
+func (*IOSpec) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *IOSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IOSpec) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *IOSpec) GetShape() []*Dim {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+// Where a checkpoint keeps its multi-token-prediction (MTP) weights.
+type MTPLayout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "inlined" (model.layers.{N} past num_hidden_layers), "separate-file"
+	// (a safetensors file the index does not list), "indexed" (mtp.* keys).
+	Convention string `protobuf:"bytes,1,opt,name=convention,proto3" json:"convention,omitempty"`
+	// Global layer indices of the MTP layers.
+	Layers []int32 `protobuf:"varint,2,rep,packed,name=layers,proto3" json:"layers,omitempty"`
+	// Every checkpoint key that belongs to the MTP layers.
+	Keys          []string `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MTPLayout) Reset() {
+	*x = MTPLayout{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MTPLayout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MTPLayout) ProtoMessage() {}
+
+func (x *MTPLayout) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MTPLayout.ProtoReflect.Descriptor instead.
+func (*MTPLayout) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MTPLayout) GetConvention() string {
+	if x != nil {
+		return x.Convention
+	}
+	return ""
+}
+
+func (x *MTPLayout) GetLayers() []int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return nil
+}
+
+func (x *MTPLayout) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// A model beside model.onnx, built from one function (Build part "model",
+// model_name = name) whose formal inputs are the graph inputs or weights and whose
+// formal outputs are the graph outputs. Written as <name>.onnx.
+type ModelSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Inputs        []*IOSpec              `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Outputs       []*IOSpec              `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	Help          string                 `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelSpec) Reset() {
+	*x = ModelSpec{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelSpec) ProtoMessage() {}
+
+func (x *ModelSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
+func (*ModelSpec) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ModelSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelSpec) GetInputs() []*IOSpec {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *ModelSpec) GetOutputs() []*IOSpec {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *ModelSpec) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
 type Layer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Index         int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -739,7 +1078,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[11]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +1090,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[11]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +1103,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Layer) GetIndex() int32 {
@@ -793,7 +1132,7 @@ type LayerKind struct {
 
 func (x *LayerKind) Reset() {
 	*x = LayerKind{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -805,7 +1144,7 @@ func (x *LayerKind) String() string {
 func (*LayerKind) ProtoMessage() {}
 
 func (x *LayerKind) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -818,7 +1157,7 @@ func (x *LayerKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerKind.ProtoReflect.Descriptor instead.
 func (*LayerKind) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LayerKind) GetName() string {
@@ -845,7 +1184,7 @@ type CacheSpec struct {
 
 func (x *CacheSpec) Reset() {
 	*x = CacheSpec{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1196,7 @@ func (x *CacheSpec) String() string {
 func (*CacheSpec) ProtoMessage() {}
 
 func (x *CacheSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1209,7 @@ func (x *CacheSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheSpec.ProtoReflect.Descriptor instead.
 func (*CacheSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CacheSpec) GetName() string {
@@ -900,7 +1239,7 @@ type Dim struct {
 
 func (x *Dim) Reset() {
 	*x = Dim{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1251,7 @@ func (x *Dim) String() string {
 func (*Dim) ProtoMessage() {}
 
 func (x *Dim) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1264,7 @@ func (x *Dim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dim.ProtoReflect.Descriptor instead.
 func (*Dim) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Dim) GetValue() isDim_Value {
@@ -976,7 +1315,8 @@ func (*Dim_Param) isDim_Value() {}
 //	context: in position_ids, <cache name>     out the plan's context_outputs
 //	layer:   in hidden_states, position_ids, <cache names>, <context outputs>, weights
 //	         out hidden_states_out, <cache name>_RetainedState per cache
-//	final:   in hidden_states, position_ids, weights   out logits
+//	final:   in hidden_states, position_ids, weights   out logits, the plan's extra_outputs
+//	model:   in the model's inputs, weights              out the model's outputs
 //
 // Any part may also take batch_index (continuous batching) and
 // comp_ctx_lengths (CCL) when the options ask for them.
@@ -987,15 +1327,17 @@ type BuildRequest struct {
 	Options *ExportOptions         `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
 	Part    string                 `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
 	// For part "layer": the kind to build and the layers to bind weights for.
-	Kind          string  `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
-	Layers        []int32 `protobuf:"varint,5,rep,packed,name=layers,proto3" json:"layers,omitempty"`
+	Kind   string  `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	Layers []int32 `protobuf:"varint,5,rep,packed,name=layers,proto3" json:"layers,omitempty"`
+	// For part "model": which of the plan's models.
+	ModelName     string `protobuf:"bytes,6,opt,name=model_name,json=modelName,proto3" json:"model_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BuildRequest) Reset() {
 	*x = BuildRequest{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1349,7 @@ func (x *BuildRequest) String() string {
 func (*BuildRequest) ProtoMessage() {}
 
 func (x *BuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1362,7 @@ func (x *BuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildRequest.ProtoReflect.Descriptor instead.
 func (*BuildRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BuildRequest) GetModel() *Model {
@@ -1058,6 +1400,13 @@ func (x *BuildRequest) GetLayers() []int32 {
 	return nil
 }
 
+func (x *BuildRequest) GetModelName() string {
+	if x != nil {
+		return x.ModelName
+	}
+	return ""
+}
+
 type BuildResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Function *onnx.FunctionProto    `protobuf:"bytes,1,opt,name=function,proto3" json:"function,omitempty"`
@@ -1071,7 +1420,7 @@ type BuildResponse struct {
 
 func (x *BuildResponse) Reset() {
 	*x = BuildResponse{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1432,7 @@ func (x *BuildResponse) String() string {
 func (*BuildResponse) ProtoMessage() {}
 
 func (x *BuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1445,7 @@ func (x *BuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildResponse.ProtoReflect.Descriptor instead.
 func (*BuildResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BuildResponse) GetFunction() *onnx.FunctionProto {
@@ -1130,7 +1479,7 @@ type LayerWeights struct {
 
 func (x *LayerWeights) Reset() {
 	*x = LayerWeights{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1491,7 @@ func (x *LayerWeights) String() string {
 func (*LayerWeights) ProtoMessage() {}
 
 func (x *LayerWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1504,7 @@ func (x *LayerWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerWeights.ProtoReflect.Descriptor instead.
 func (*LayerWeights) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LayerWeights) GetLayer() int32 {
@@ -1190,7 +1539,7 @@ type WeightBinding struct {
 
 func (x *WeightBinding) Reset() {
 	*x = WeightBinding{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1551,7 @@ func (x *WeightBinding) String() string {
 func (*WeightBinding) ProtoMessage() {}
 
 func (x *WeightBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1564,7 @@ func (x *WeightBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightBinding.ProtoReflect.Descriptor instead.
 func (*WeightBinding) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WeightBinding) GetInput() string {
@@ -1280,7 +1629,7 @@ type Weight struct {
 
 func (x *Weight) Reset() {
 	*x = Weight{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1641,7 @@ func (x *Weight) String() string {
 func (*Weight) ProtoMessage() {}
 
 func (x *Weight) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1654,7 @@ func (x *Weight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Weight.ProtoReflect.Descriptor instead.
 func (*Weight) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Weight) GetKey() string {
@@ -1383,19 +1732,26 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x12\x1f\n" +
 	"\vsdk_version\x18\x04 \x01(\tR\n" +
 	"sdkVersion\x12K\n" +
-	"\rarchitectures\x18\x05 \x03(\v2%.strata.plugin.v1.ArchitectureSupportR\rarchitectures\"\xa3\x01\n" +
+	"\rarchitectures\x18\x05 \x03(\v2%.strata.plugin.v1.ArchitectureSupportR\rarchitectures\"\xdd\x01\n" +
 	"\x13ArchitectureSupport\x12\x1d\n" +
 	"\n" +
 	"model_type\x18\x01 \x01(\tR\tmodelType\x12)\n" +
 	"\x10hf_architectures\x18\x02 \x03(\tR\x0fhfArchitectures\x12B\n" +
-	"\fcapabilities\x18\x03 \x01(\v2\x1e.strata.plugin.v1.CapabilitiesR\fcapabilities\"\xec\x01\n" +
+	"\fcapabilities\x18\x03 \x01(\v2\x1e.strata.plugin.v1.CapabilitiesR\fcapabilities\x128\n" +
+	"\aoptions\x18\x04 \x03(\v2\x1e.strata.plugin.v1.PluginOptionR\aoptions\"\x82\x01\n" +
+	"\fPluginOption\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rdefault_value\x18\x02 \x01(\tR\fdefaultValue\x12%\n" +
+	"\x0eallowed_values\x18\x03 \x03(\tR\rallowedValues\x12\x12\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\"\x84\x02\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\tlayerwise\x18\x01 \x01(\bR\tlayerwise\x12)\n" +
 	"\x10layerwise_reason\x18\x02 \x01(\tR\x0flayerwiseReason\x12'\n" +
 	"\x0fmtp_conventions\x18\x03 \x03(\tR\x0emtpConventions\x12%\n" +
 	"\x0eexpert_layouts\x18\x04 \x03(\tR\rexpertLayouts\x12+\n" +
 	"\x11quantized_formats\x18\x05 \x03(\tR\x10quantizedFormats\x12\x16\n" +
-	"\x06vision\x18\x06 \x01(\bR\x06vision\"`\n" +
+	"\x06vision\x18\x06 \x01(\bR\x06vision\x12\x16\n" +
+	"\x06models\x18\a \x03(\tR\x06models\"`\n" +
 	"\x05Model\x12\x1f\n" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\x126\n" +
@@ -1421,7 +1777,7 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\vPlanRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
-	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xfa\x01\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xee\x03\n" +
 	"\fPlanResponse\x12\x1d\n" +
 	"\n" +
 	"model_type\x18\x01 \x01(\tR\tmodelType\x12/\n" +
@@ -1431,7 +1787,28 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"vocab_size\x18\x05 \x01(\x03R\tvocabSize\x12\x1f\n" +
 	"\vhidden_size\x18\x06 \x01(\x03R\n" +
-	"hiddenSize\"1\n" +
+	"hiddenSize\x12*\n" +
+	"\x11position_ids_rank\x18\a \x01(\x05R\x0fpositionIdsRank\x12#\n" +
+	"\rinputs_embeds\x18\b \x01(\bR\finputsEmbeds\x12=\n" +
+	"\rextra_outputs\x18\t \x03(\v2\x18.strata.plugin.v1.IOSpecR\fextraOutputs\x12-\n" +
+	"\x03mtp\x18\n" +
+	" \x01(\v2\x1b.strata.plugin.v1.MTPLayoutR\x03mtp\x123\n" +
+	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\"_\n" +
+	"\x06IOSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12+\n" +
+	"\x05shape\x18\x03 \x03(\v2\x15.strata.plugin.v1.DimR\x05shape\"W\n" +
+	"\tMTPLayout\x12\x1e\n" +
+	"\n" +
+	"convention\x18\x01 \x01(\tR\n" +
+	"convention\x12\x16\n" +
+	"\x06layers\x18\x02 \x03(\x05R\x06layers\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\tR\x04keys\"\x99\x01\n" +
+	"\tModelSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
+	"\x06inputs\x18\x02 \x03(\v2\x18.strata.plugin.v1.IOSpecR\x06inputs\x122\n" +
+	"\aoutputs\x18\x03 \x03(\v2\x18.strata.plugin.v1.IOSpecR\aoutputs\x12\x12\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\"1\n" +
 	"\x05Layer\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\"T\n" +
@@ -1444,13 +1821,15 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x03Dim\x12\x14\n" +
 	"\x04size\x18\x01 \x01(\x03H\x00R\x04size\x12\x16\n" +
 	"\x05param\x18\x02 \x01(\tH\x00R\x05paramB\a\n" +
-	"\x05value\"\xb8\x01\n" +
+	"\x05value\"\xd7\x01\n" +
 	"\fBuildRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\x12\x12\n" +
 	"\x04part\x18\x03 \x01(\tR\x04part\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06layers\x18\x05 \x03(\x05R\x06layers\"\xc1\x01\n" +
+	"\x06layers\x18\x05 \x03(\x05R\x06layers\x12\x1d\n" +
+	"\n" +
+	"model_name\x18\x06 \x01(\tR\tmodelName\"\xc1\x01\n" +
 	"\rBuildResponse\x126\n" +
 	"\bfunction\x18\x01 \x01(\v2\x1a.strata.onnx.FunctionProtoR\bfunction\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.strata.onnx.FunctionProtoR\fdependencies\x128\n" +
@@ -1491,64 +1870,75 @@ func file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP() []byte {
 	return file_sdk_proto_pluginv1_plugin_proto_rawDescData
 }
 
-var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),     // 0: strata.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),    // 1: strata.plugin.v1.DescribeResponse
 	(*ArchitectureSupport)(nil), // 2: strata.plugin.v1.ArchitectureSupport
-	(*Capabilities)(nil),        // 3: strata.plugin.v1.Capabilities
-	(*Model)(nil),               // 4: strata.plugin.v1.Model
-	(*TensorInfo)(nil),          // 5: strata.plugin.v1.TensorInfo
-	(*CheckRequest)(nil),        // 6: strata.plugin.v1.CheckRequest
-	(*CheckResponse)(nil),       // 7: strata.plugin.v1.CheckResponse
-	(*ExportOptions)(nil),       // 8: strata.plugin.v1.ExportOptions
-	(*PlanRequest)(nil),         // 9: strata.plugin.v1.PlanRequest
-	(*PlanResponse)(nil),        // 10: strata.plugin.v1.PlanResponse
-	(*Layer)(nil),               // 11: strata.plugin.v1.Layer
-	(*LayerKind)(nil),           // 12: strata.plugin.v1.LayerKind
-	(*CacheSpec)(nil),           // 13: strata.plugin.v1.CacheSpec
-	(*Dim)(nil),                 // 14: strata.plugin.v1.Dim
-	(*BuildRequest)(nil),        // 15: strata.plugin.v1.BuildRequest
-	(*BuildResponse)(nil),       // 16: strata.plugin.v1.BuildResponse
-	(*LayerWeights)(nil),        // 17: strata.plugin.v1.LayerWeights
-	(*WeightBinding)(nil),       // 18: strata.plugin.v1.WeightBinding
-	(*Weight)(nil),              // 19: strata.plugin.v1.Weight
-	nil,                         // 20: strata.plugin.v1.ExportOptions.PluginOptionsEntry
-	(*onnx.FunctionProto)(nil),  // 21: strata.onnx.FunctionProto
+	(*PluginOption)(nil),        // 3: strata.plugin.v1.PluginOption
+	(*Capabilities)(nil),        // 4: strata.plugin.v1.Capabilities
+	(*Model)(nil),               // 5: strata.plugin.v1.Model
+	(*TensorInfo)(nil),          // 6: strata.plugin.v1.TensorInfo
+	(*CheckRequest)(nil),        // 7: strata.plugin.v1.CheckRequest
+	(*CheckResponse)(nil),       // 8: strata.plugin.v1.CheckResponse
+	(*ExportOptions)(nil),       // 9: strata.plugin.v1.ExportOptions
+	(*PlanRequest)(nil),         // 10: strata.plugin.v1.PlanRequest
+	(*PlanResponse)(nil),        // 11: strata.plugin.v1.PlanResponse
+	(*IOSpec)(nil),              // 12: strata.plugin.v1.IOSpec
+	(*MTPLayout)(nil),           // 13: strata.plugin.v1.MTPLayout
+	(*ModelSpec)(nil),           // 14: strata.plugin.v1.ModelSpec
+	(*Layer)(nil),               // 15: strata.plugin.v1.Layer
+	(*LayerKind)(nil),           // 16: strata.plugin.v1.LayerKind
+	(*CacheSpec)(nil),           // 17: strata.plugin.v1.CacheSpec
+	(*Dim)(nil),                 // 18: strata.plugin.v1.Dim
+	(*BuildRequest)(nil),        // 19: strata.plugin.v1.BuildRequest
+	(*BuildResponse)(nil),       // 20: strata.plugin.v1.BuildResponse
+	(*LayerWeights)(nil),        // 21: strata.plugin.v1.LayerWeights
+	(*WeightBinding)(nil),       // 22: strata.plugin.v1.WeightBinding
+	(*Weight)(nil),              // 23: strata.plugin.v1.Weight
+	nil,                         // 24: strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	(*onnx.FunctionProto)(nil),  // 25: strata.onnx.FunctionProto
 }
 var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	2,  // 0: strata.plugin.v1.DescribeResponse.architectures:type_name -> strata.plugin.v1.ArchitectureSupport
-	3,  // 1: strata.plugin.v1.ArchitectureSupport.capabilities:type_name -> strata.plugin.v1.Capabilities
-	5,  // 2: strata.plugin.v1.Model.tensors:type_name -> strata.plugin.v1.TensorInfo
-	4,  // 3: strata.plugin.v1.CheckRequest.model:type_name -> strata.plugin.v1.Model
-	20, // 4: strata.plugin.v1.ExportOptions.plugin_options:type_name -> strata.plugin.v1.ExportOptions.PluginOptionsEntry
-	4,  // 5: strata.plugin.v1.PlanRequest.model:type_name -> strata.plugin.v1.Model
-	8,  // 6: strata.plugin.v1.PlanRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	11, // 7: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
-	12, // 8: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
-	13, // 9: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
-	14, // 10: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
-	4,  // 11: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
-	8,  // 12: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	21, // 13: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
-	21, // 14: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
-	17, // 15: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
-	18, // 16: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
-	19, // 17: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
-	19, // 18: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
-	0,  // 19: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
-	6,  // 20: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
-	9,  // 21: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
-	15, // 22: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
-	1,  // 23: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
-	7,  // 24: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
-	10, // 25: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
-	16, // 26: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 1: strata.plugin.v1.ArchitectureSupport.capabilities:type_name -> strata.plugin.v1.Capabilities
+	3,  // 2: strata.plugin.v1.ArchitectureSupport.options:type_name -> strata.plugin.v1.PluginOption
+	6,  // 3: strata.plugin.v1.Model.tensors:type_name -> strata.plugin.v1.TensorInfo
+	5,  // 4: strata.plugin.v1.CheckRequest.model:type_name -> strata.plugin.v1.Model
+	24, // 5: strata.plugin.v1.ExportOptions.plugin_options:type_name -> strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	5,  // 6: strata.plugin.v1.PlanRequest.model:type_name -> strata.plugin.v1.Model
+	9,  // 7: strata.plugin.v1.PlanRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	15, // 8: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
+	16, // 9: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
+	12, // 10: strata.plugin.v1.PlanResponse.extra_outputs:type_name -> strata.plugin.v1.IOSpec
+	13, // 11: strata.plugin.v1.PlanResponse.mtp:type_name -> strata.plugin.v1.MTPLayout
+	14, // 12: strata.plugin.v1.PlanResponse.models:type_name -> strata.plugin.v1.ModelSpec
+	18, // 13: strata.plugin.v1.IOSpec.shape:type_name -> strata.plugin.v1.Dim
+	12, // 14: strata.plugin.v1.ModelSpec.inputs:type_name -> strata.plugin.v1.IOSpec
+	12, // 15: strata.plugin.v1.ModelSpec.outputs:type_name -> strata.plugin.v1.IOSpec
+	17, // 16: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
+	18, // 17: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
+	5,  // 18: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
+	9,  // 19: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	25, // 20: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
+	25, // 21: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
+	21, // 22: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
+	22, // 23: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
+	23, // 24: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
+	23, // 25: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
+	0,  // 26: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
+	7,  // 27: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
+	10, // 28: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
+	19, // 29: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
+	1,  // 30: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
+	8,  // 31: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
+	11, // 32: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
+	20, // 33: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
+	30, // [30:34] is the sub-list for method output_type
+	26, // [26:30] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_sdk_proto_pluginv1_plugin_proto_init() }
@@ -1556,7 +1946,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 	if File_sdk_proto_pluginv1_plugin_proto != nil {
 		return
 	}
-	file_sdk_proto_pluginv1_plugin_proto_msgTypes[14].OneofWrappers = []any{
+	file_sdk_proto_pluginv1_plugin_proto_msgTypes[18].OneofWrappers = []any{
 		(*Dim_Size)(nil),
 		(*Dim_Param)(nil),
 	}
@@ -1566,7 +1956,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_proto_pluginv1_plugin_proto_rawDesc), len(file_sdk_proto_pluginv1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,10 @@
-package build
+package blocks
 
-import "math"
+import (
+	"math"
+
+	"github.com/strata-llm/strata/sdk/fn"
+)
 
 // maskedScore is what masked attention scores become before the softmax: the
 // lowest float16, so a fully masked (padding) row stays finite, also after a
@@ -15,7 +19,7 @@ const maskedScore = -65504
 // CacheSlots is 0..C-1 shaped [1,1,C]: the cache rows attention reads. C is
 // the context length (axis 2) of a KV cache input, or, with compute-context-
 // length, the length of the comp_ctx_lengths input (pass "" without CCL).
-func CacheSlots(f *Func, cache, compCtxLengths Value) Value {
+func CacheSlots(f *fn.Func, cache, compCtxLengths fn.Value) fn.Value {
 	length := f.Dim(cache, 2)
 	if compCtxLengths != "" {
 		length = f.Dim(compCtxLengths, 0)
@@ -25,7 +29,7 @@ func CacheSlots(f *Func, cache, compCtxLengths Value) Value {
 
 // CausalMask is [B,1,S,C] bool, true where cache slot j is later than the
 // query's position (so padding queries, at -1, see nothing).
-func CausalMask(f *Func, positionIDs, slots Value) Value {
+func CausalMask(f *fn.Func, positionIDs, slots fn.Value) fn.Value {
 	masked := f.Greater(slots, f.Unsqueeze(positionIDs, -1)) // [B,S,C]
 	return f.Unsqueeze(masked, 1)
 }
@@ -33,7 +37,7 @@ func CausalMask(f *Func, positionIDs, slots Value) Value {
 // CacheReadIndices are the cache rows each batch row reads, [B,1,C] int64,
 // and which of them lie past the row's last position, [B,1,C,1] bool. Rows
 // past it read slot 0 (never out of range) and their values are zeroed.
-func CacheReadIndices(f *Func, positionIDs, slots Value) (indices, invalid Value) {
+func CacheReadIndices(f *fn.Func, positionIDs, slots fn.Value) (indices, invalid fn.Value) {
 	last := f.Unsqueeze(f.ReduceMax(positionIDs, true, 1), -1) // [B,1,1]
 	beyond := f.Greater(slots, last)                           // [B,1,C]
 	return f.Where(beyond, f.Int(0), slots), f.Unsqueeze(beyond, -1)
@@ -41,12 +45,12 @@ func CacheReadIndices(f *Func, positionIDs, slots Value) (indices, invalid Value
 
 // AttentionContext is what a layer's attention takes from the model level.
 type AttentionContext struct {
-	PositionIDs          Value // [B,S] int64
-	BatchIndex           Value // [B,1] int64 cache rows (continuous batching), or ""
-	PastKey, PastValue   Value // [B,nKV,C,hd]
-	Cos, Sin             Value // [B,1,S,rotary dim]
-	Mask                 Value // [B,1,S,C] bool, true = masked
-	ReadIndices, Invalid Value // see CacheReadIndices
+	PositionIDs          fn.Value // [B,S] int64
+	BatchIndex           fn.Value // [B,1] int64 cache rows (continuous batching), or ""
+	PastKey, PastValue   fn.Value // [B,nKV,C,hd]
+	Cos, Sin             fn.Value // [B,1,S,rotary dim]
+	Mask                 fn.Value // [B,1,S,C] bool, true = masked
+	ReadIndices, Invalid fn.Value // see CacheReadIndices
 }
 
 // Attention is grouped-query self-attention over the retained KV cache.
@@ -57,14 +61,17 @@ type Attention struct {
 	Q, K, V, O              Linear
 	// QNorm, KNorm: per-head RMSNorm weights [head_dim] applied to queries
 	// and keys before RoPE (Qwen3), or "".
-	QNorm, KNorm Value
+	QNorm, KNorm fn.Value
 	NormEps      float64
+	// Sinks: a learned logit per query head [Heads] that joins each row's
+	// softmax and is then dropped (gpt-oss), or "".
+	Sinks fn.Value
 }
 
 // Apply computes attention for x [B,S,H] (already normed), writing this
 // step's keys and values into the cache. It returns the output [B,S,H] and
 // the updated caches.
-func (a Attention) Apply(f *Func, x Value, c AttentionContext) (out, presentKey, presentValue Value) {
+func (a Attention) Apply(f *fn.Func, x fn.Value, c AttentionContext) (out, presentKey, presentValue fn.Value) {
 	q := a.heads(f.Scope("q_proj"), a.Q, x, a.Heads, a.QNorm)
 	k := a.heads(f.Scope("k_proj"), a.K, x, a.KVHeads, a.KNorm)
 	v := a.heads(f.Scope("v_proj"), a.V, x, a.KVHeads, "")
@@ -81,23 +88,23 @@ func (a Attention) Apply(f *Func, x Value, c AttentionContext) (out, presentKey,
 }
 
 // write scatters this step's keys or values into the cache.
-func (c AttentionContext) write(f *Func, cache, updates Value) Value {
+func (c AttentionContext) write(f *fn.Func, cache, updates fn.Value) fn.Value {
 	if c.BatchIndex != "" {
-		return f.Call(CtxScatterCBFunc(), []Value{cache, c.BatchIndex, c.PositionIDs, updates})
+		return f.Call(CtxScatterCBFunc(), []fn.Value{cache, c.BatchIndex, c.PositionIDs, updates})
 	}
-	return f.Call(CtxScatterFunc(), []Value{cache, c.PositionIDs, updates})
+	return f.Call(CtxScatterFunc(), []fn.Value{cache, c.PositionIDs, updates})
 }
 
 // read gathers the length cache rows the context selected.
-func (c AttentionContext) read(f *Func, cache, length Value) Value {
+func (c AttentionContext) read(f *fn.Func, cache, length fn.Value) fn.Value {
 	if c.BatchIndex != "" {
-		return f.Call(CtxGatherCBFunc(), []Value{cache, c.BatchIndex, c.ReadIndices, length})
+		return f.Call(CtxGatherCBFunc(), []fn.Value{cache, c.BatchIndex, c.ReadIndices, length})
 	}
-	return f.Call(CtxGatherFunc(), []Value{cache, c.ReadIndices, length})
+	return f.Call(CtxGatherFunc(), []fn.Value{cache, c.ReadIndices, length})
 }
 
 // heads projects x [B,S,H] to [B,n,S,hd], norming each head if norm is set.
-func (a Attention) heads(f *Func, l Linear, x Value, n int, norm Value) Value {
+func (a Attention) heads(f *fn.Func, l Linear, x fn.Value, n int, norm fn.Value) fn.Value {
 	y := f.Reshape(l.Apply(f, x), 0, 0, int64(n), int64(a.HeadDim))
 	if norm != "" {
 		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
@@ -108,19 +115,36 @@ func (a Attention) heads(f *Func, l Linear, x Value, n int, norm Value) Value {
 // core is softmax(q·kᵀ·scale + mask)·v with query heads grouped onto their
 // KV head by a reshape (query head h reads KV head h / (Heads/KVHeads)), so
 // no Expand with a dynamic shape is needed. The softmax runs in float32.
-func (a Attention) core(f *Func, q, keys, values, mask Value) Value {
+func (a Attention) core(f *fn.Func, q, keys, values, mask fn.Value) fn.Value {
 	groups := int64(a.Heads / a.KVHeads)
 	kv, hd := int64(a.KVHeads), int64(a.HeadDim)
 	q5 := f.Reshape(q, 0, kv, groups, -1, hd)                         // [B,nKV,g,S,hd]
 	k5 := f.Transpose(f.Unsqueeze(keys, 2), 0, 1, 2, 4, 3)            // [B,nKV,1,hd,C]
 	scores := f.Mul(f.MatMul(q5, k5), f.Scalar(float32(a.scaling()))) // [B,nKV,g,S,C]
-	scores = f.CastTo(scores, f.DType(), Float32)
-	scores = f.Where(f.Unsqueeze(mask, 1), f.ScalarOf(Float32, maskedScore), scores)
-	probs := f.CastTo(f.Softmax(scores, -1), Float32, f.DType())
+	scores = f.CastTo(scores, f.DType(), fn.Float32)
+	scores = f.Where(f.Unsqueeze(mask, 1), f.ScalarOf(fn.Float32, maskedScore), scores)
+	probs := f.CastTo(a.softmax(f, scores), fn.Float32, f.DType())
 	ctx := f.MatMul(probs, f.Unsqueeze(values, 2))  // [B,nKV,g,S,hd]
 	ctx = f.Reshape(ctx, 0, int64(a.Heads), -1, hd) // [B,nH,S,hd]
 	ctx = f.Transpose(ctx, 0, 2, 1, 3)              // [B,S,nH,hd]
 	return f.Reshape(ctx, 0, 0, int64(a.Heads)*hd)
+}
+
+// softmax normalises float32 scores [B,nKV,g,S,C] over the keys, with the
+// sink logit (when set) in the denominator: exp(l_j - m) / (Σ exp(l_j - m) +
+// exp(s - m)), m the row's maximum including s. Written with broadcasting,
+// not a concatenated column, so no Expand of a dynamic shape is needed
+// inside a layer function.
+func (a Attention) softmax(f *fn.Func, scores fn.Value) fn.Value {
+	if a.Sinks == "" {
+		return f.Softmax(scores, -1)
+	}
+	kv, groups := int64(a.KVHeads), int64(a.Heads/a.KVHeads)
+	sinks := f.Reshape(f.CastTo(a.Sinks, f.DType(), fn.Float32), 1, kv, groups, 1, 1)
+	top := f.Op("Max", []fn.Value{f.ReduceMax(scores, true, -1), sinks})
+	exp := f.Op("Exp", []fn.Value{f.Sub(scores, top)})
+	total := f.Add(f.ReduceSum(exp, true, -1), f.Op("Exp", []fn.Value{f.Sub(sinks, top)}))
+	return f.Div(exp, total)
 }
 
 func (a Attention) scaling() float64 {

@@ -1,4 +1,4 @@
-package build
+package fn
 
 import (
 	"encoding/binary"
@@ -127,4 +127,14 @@ func (f *Func) ScalarOf(t DType, v float32) Value {
 func (f *Func) Floats(v ...float32) Value {
 	tensor, _ := FloatTensor(Float32, nil, v...)
 	return f.Const(tensor)
+}
+
+// MustFloatTensor is FloatTensor for a one-element [1] tensor in a dtype the
+// caller knows is a float dtype; it panics otherwise.
+func MustFloatTensor(t DType, v float32) *onnxpb.TensorProto {
+	tensor, err := FloatTensor(t, []int64{1}, v)
+	if err != nil {
+		panic(err)
+	}
+	return tensor
 }

@@ -1,4 +1,4 @@
-package build
+package fn
 
 // Thin helpers over single ONNX operators (opset 17), named as the operators
 // are, so a block reads like the math it computes.
@@ -122,5 +122,5 @@ func (f *Func) ZerosLike(x Value) Value { return f.filled(x, Float32, 0) }
 func (f *Func) OnesLike(x Value, t DType) Value { return f.filled(x, t, 1) }
 
 func (f *Func) filled(x Value, t DType, v float32) Value {
-	return f.Op("ConstantOfShape", []Value{f.Shape(x)}, AttrTensor("value", mustFloat(t, v)))
+	return f.Op("ConstantOfShape", []Value{f.Shape(x)}, AttrTensor("value", MustFloatTensor(t, v)))
 }

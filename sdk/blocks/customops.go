@@ -1,6 +1,8 @@
-package build
+package blocks
 
 import (
+	"github.com/strata-llm/strata/sdk/fn"
+
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
@@ -20,21 +22,21 @@ const (
 // A position of -1 (padding) addresses the last row, which stays masked
 // until a real token is written there.
 func CtxScatterFunc() *onnxpb.FunctionProto {
-	f := NewFunc(QualcommDomain, "CtxScatter", Float32)
+	f := fn.NewFunc(QualcommDomain, "CtxScatter", fn.Float32)
 	data, pos, updates := f.Input("data"), f.Input("position_ids"), f.Input("updates")
 	batch := f.Dim(data, 0)
 	rows := f.Unsqueeze(f.Range(f.Int(0), batch, f.Int(1)), 1, 2, 3)
 	indices := cacheIndices(f, rows, f.Unsqueeze(pos, 1, 3), batch, f.Dim(data, 1), f.Dim(pos, 1))
-	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
+	f.Output("output", f.Op("ScatterND", []fn.Value{data, indices, updates}))
 	return f.Proto()
 }
 
 // cacheIndices are the [B,H,L,3] (row, head, slot) indices into a
 // [rows,H,C,D] cache, from each batch row's cache row [B,1,1,1] and slots
 // [B,1,L,1].
-func cacheIndices(f *Func, rows, slots, batch, heads, length Value) Value {
+func cacheIndices(f *fn.Func, rows, slots, batch, heads, length fn.Value) fn.Value {
 	shape := f.Concat(0, f.Unsqueeze(batch, 0), f.Unsqueeze(heads, 0), f.Unsqueeze(length, 0), f.Ints(1))
-	expand := func(v Value) Value { return f.Op("Expand", []Value{v, shape}) }
+	expand := func(v fn.Value) fn.Value { return f.Op("Expand", []fn.Value{v, shape}) }
 	headIdx := f.Unsqueeze(f.Range(f.Int(0), heads, f.Int(1)), 0, 2, 3)
 	return f.Concat(3, expand(rows), expand(headIdx), expand(slots))
 }
@@ -42,12 +44,12 @@ func cacheIndices(f *Func, rows, slots, batch, heads, length Value) Value {
 // CtxGatherFunc is CtxGather(data [B,H,C,D], ctx_indices [B,1,L],
 // comp_ctx_len scalar L) -> [B,H,L,D], the cache rows at ctx_indices.
 func CtxGatherFunc() *onnxpb.FunctionProto {
-	f := NewFunc(QualcommDomain, "CtxGather", Float32)
+	f := fn.NewFunc(QualcommDomain, "CtxGather", fn.Float32)
 	data, indices, length := f.Input("data"), f.Input("ctx_indices"), f.Input("comp_ctx_len")
-	batchHeads := f.Op("Shape", []Value{data}, AttrInt("end", 2))
+	batchHeads := f.Op("Shape", []fn.Value{data}, fn.AttrInt("end", 2))
 	shape := f.Concat(0, batchHeads, f.Reshape(length, 1))
-	expanded := f.Unsqueeze(f.Op("Expand", []Value{indices, shape}), -1)
-	f.Output("output", f.Op("GatherND", []Value{data, expanded}, AttrInt("batch_dims", 2)))
+	expanded := f.Unsqueeze(f.Op("Expand", []fn.Value{indices, shape}), -1)
+	f.Output("output", f.Op("GatherND", []fn.Value{data, expanded}, fn.AttrInt("batch_dims", 2)))
 	return f.Proto()
 }
 
@@ -55,10 +57,10 @@ func CtxGatherFunc() *onnxpb.FunctionProto {
 // position_ids [B,S], updates [B,H,S,D]): CtxScatter into the cache rows
 // batch_index names (continuous batching).
 func CtxScatterCBFunc() *onnxpb.FunctionProto {
-	f := NewFunc(QualcommDomain, "CtxScatterCB", Float32)
+	f := fn.NewFunc(QualcommDomain, "CtxScatterCB", fn.Float32)
 	data, batchIndex, pos, updates := f.Input("data"), f.Input("batch_index"), f.Input("position_ids"), f.Input("updates")
 	indices := cacheIndices(f, f.Unsqueeze(batchIndex, 2, 3), f.Unsqueeze(pos, 1, 3), f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(pos, 1))
-	f.Output("output", f.Op("ScatterND", []Value{data, indices, updates}))
+	f.Output("output", f.Op("ScatterND", []fn.Value{data, indices, updates}))
 	return f.Proto()
 }
 
@@ -68,11 +70,11 @@ func CtxScatterCBFunc() *onnxpb.FunctionProto {
 // Expand by a computed length inside functions); comp_ctx_len is kept for
 // the op's signature.
 func CtxGatherCBFunc() *onnxpb.FunctionProto {
-	f := NewFunc(QualcommDomain, "CtxGatherCB", Float32)
+	f := fn.NewFunc(QualcommDomain, "CtxGatherCB", fn.Float32)
 	data, batchIndex, slots := f.Input("data"), f.Input("batch_index"), f.Input("ctx_indices")
 	f.Input("comp_ctx_len")
 	indices := cacheIndices(f, f.Unsqueeze(batchIndex, 2, 3), f.Unsqueeze(slots, 3), f.Dim(batchIndex, 0), f.Dim(data, 1), f.Dim(slots, 2))
-	f.Output("output", f.Op("GatherND", []Value{data, indices}))
+	f.Output("output", f.Op("GatherND", []fn.Value{data, indices}))
 	return f.Proto()
 }
 
@@ -81,13 +83,13 @@ func CtxGatherCBFunc() *onnxpb.FunctionProto {
 // float32 and cast back before the weight multiplies it, as transformers'
 // Llama-style RMSNorm does.
 func CustomRMSNormFunc() *onnxpb.FunctionProto {
-	f := NewFunc(QTIDomain, "CustomRMSNorm", Float32)
+	f := fn.NewFunc(QTIDomain, "CustomRMSNorm", fn.Float32)
 	x, w := f.Input("hidden_states"), f.Input("weight")
 	f.Attribute("epsilon")
-	x32 := f.Cast(x, Float32)
+	x32 := f.Cast(x, fn.Float32)
 	variance := f.ReduceMean(f.Mul(x32, x32), true, -1)
-	eps := f.Op("Constant", nil, AttrRef("value_float", onnxpb.AttributeProto_FLOAT, "epsilon"))
-	inv := f.Op("Reciprocal", []Value{f.Op("Sqrt", []Value{f.Add(variance, eps)})})
+	eps := f.Op("Constant", nil, fn.AttrRef("value_float", onnxpb.AttributeProto_FLOAT, "epsilon"))
+	inv := f.Op("Reciprocal", []fn.Value{f.Op("Sqrt", []fn.Value{f.Add(variance, eps)})})
 	normed := f.CastLike(f.Mul(x32, inv), x)
 	f.Output("output", f.Mul(f.CastLike(w, x), normed))
 	return f.Proto()

@@ -1,10 +1,10 @@
-package build
+package blocks
 
 import (
+	"github.com/strata-llm/strata/sdk/fn"
+
 	"fmt"
 	"math"
-
-	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 // Mixture-of-experts blocks: routers that pick each token's experts and
@@ -29,19 +29,19 @@ type Router struct {
 	Kind      string
 	Experts   int
 	TopK      int
-	Normalize bool  // renormalise the chosen weights to sum 1
-	Weight    Value // [E, H]
-	Bias      Value // [E] logit bias (gpt-oss), or ""
+	Normalize bool     // renormalise the chosen weights to sum 1
+	Weight    fn.Value // [E, H]
+	Bias      fn.Value // [E] logit bias (gpt-oss), or ""
 	// SigmoidGrouped only.
-	CorrectionBias Value // [E] e_score_correction_bias (selection only)
-	Groups         int   // n_group
-	TopKGroups     int   // topk_group
+	CorrectionBias fn.Value // [E] e_score_correction_bias (selection only)
+	Groups         int      // n_group
+	TopKGroups     int      // topk_group
 	Scale          float64
 }
 
 // Route returns each token's expert weights [T, k] (compute dtype) and
 // expert indices [T, k] int64.
-func (r Router) Route(f *Func, x Value) (weights, indices Value, err error) {
+func (r Router) Route(f *fn.Func, x fn.Value) (weights, indices fn.Value, err error) {
 	switch r.Kind {
 	case SoftmaxTopK:
 		weights, indices = r.softmaxTopK(f, x)
@@ -58,20 +58,20 @@ func (r Router) Route(f *Func, x Value) (weights, indices Value, err error) {
 	return weights, indices, nil
 }
 
-func (r Router) logits(f *Func, x Value) Value {
+func (r Router) logits(f *fn.Func, x fn.Value) fn.Value {
 	return Linear{Weight: r.Weight, Bias: r.Bias}.Apply(f, x)
 }
 
-func (r Router) softmaxTopK(f *Func, x Value) (Value, Value) {
-	probs := f.Softmax(f.CastTo(r.logits(f, x), f.DType(), Float32), -1)
+func (r Router) softmaxTopK(f *fn.Func, x fn.Value) (fn.Value, fn.Value) {
+	probs := f.Softmax(f.CastTo(r.logits(f, x), f.DType(), fn.Float32), -1)
 	w, idx := f.TopK(probs, r.TopK)
 	if r.Normalize {
 		w = f.Div(w, f.ReduceSum(w, true, -1))
 	}
-	return f.CastTo(w, Float32, f.DType()), idx
+	return f.CastTo(w, fn.Float32, f.DType()), idx
 }
 
-func (r Router) topKSoftmax(f *Func, x Value) (Value, Value) {
+func (r Router) topKSoftmax(f *fn.Func, x fn.Value) (fn.Value, fn.Value) {
 	v, idx := f.TopK(r.logits(f, x), r.TopK)
 	return f.Softmax(v, -1), idx
 }
@@ -79,9 +79,9 @@ func (r Router) topKSoftmax(f *Func, x Value) (Value, Value) {
 // sigmoidGrouped follows transformers' Glm4MoeTopkRouter: groups scored by
 // their two best biased scores, the best TopKGroups groups kept, the top-k
 // experts among them, weighted by their unbiased scores.
-func (r Router) sigmoidGrouped(f *Func, x Value) (Value, Value) {
-	x32 := f.CastTo(x, f.DType(), Float32)
-	w32 := f.CastTo(r.Weight, f.DType(), Float32)
+func (r Router) sigmoidGrouped(f *fn.Func, x fn.Value) (fn.Value, fn.Value) {
+	x32 := f.CastTo(x, f.DType(), fn.Float32)
+	w32 := f.CastTo(r.Weight, f.DType(), fn.Float32)
 	scores := f.Sigmoid(f.MatMul(x32, f.Transpose(w32, 1, 0))) // [T,E]
 	choice := f.Add(scores, r.CorrectionBias)
 	perGroup := int64(r.Experts / r.Groups)
@@ -89,17 +89,17 @@ func (r Router) sigmoidGrouped(f *Func, x Value) (Value, Value) {
 	best2, _ := f.TopK(grouped, 2)
 	groupScores := f.ReduceSum(best2, false, -1) // [T,G]
 	_, keep := f.TopK(groupScores, r.TopKGroups)
-	kept := f.Op("ScatterElements", []Value{f.ZerosLike(groupScores), keep, f.OnesLike(keep, Float32)}, AttrInt("axis", 1))
-	masked := f.Where(f.Greater(f.Unsqueeze(kept, -1), f.ScalarOf(Float32, 0)), grouped, f.ScalarOf(Float32, float32(math.Inf(-1))))
+	kept := f.Op("ScatterElements", []fn.Value{f.ZerosLike(groupScores), keep, f.OnesLike(keep, fn.Float32)}, fn.AttrInt("axis", 1))
+	masked := f.Where(f.Greater(f.Unsqueeze(kept, -1), f.ScalarOf(fn.Float32, 0)), grouped, f.ScalarOf(fn.Float32, float32(math.Inf(-1))))
 	_, idx := f.TopK(f.Reshape(masked, 0, int64(r.Experts)), r.TopK)
-	w := f.Op("GatherElements", []Value{scores, idx}, AttrInt("axis", 1))
+	w := f.Op("GatherElements", []fn.Value{scores, idx}, fn.AttrInt("axis", 1))
 	if r.Normalize {
-		w = f.Div(w, f.Add(f.ReduceSum(w, true, -1), f.ScalarOf(Float32, 1e-20)))
+		w = f.Div(w, f.Add(f.ReduceSum(w, true, -1), f.ScalarOf(fn.Float32, 1e-20)))
 	}
 	if r.Scale != 0 && r.Scale != 1 {
-		w = f.Mul(w, f.ScalarOf(Float32, float32(r.Scale)))
+		w = f.Mul(w, f.ScalarOf(fn.Float32, float32(r.Scale)))
 	}
-	return f.CastTo(w, Float32, f.DType()), idx
+	return f.CastTo(w, fn.Float32, f.DType()), idx
 }
 
 // Expert strategies.
@@ -119,13 +119,13 @@ var ExpertStrategies = []string{Gather, Dense}
 // Experts are E gated MLPs, weights stacked as the second matmul operand:
 // Gate and Up [E, H, I], Down [E, I, H], optional biases [E, I] / [E, H].
 type Experts struct {
-	Gate, Up, Down             Value
-	GateBias, UpBias, DownBias Value
+	Gate, Up, Down             fn.Value
+	GateBias, UpBias, DownBias fn.Value
 	// Activation combines gate and up; nil is SwiGLU (silu(gate) * up).
-	Activation func(f *Func, gate, up Value) Value
+	Activation func(f *fn.Func, gate, up fn.Value) fn.Value
 }
 
-func (e Experts) act(f *Func, gate, up Value) Value {
+func (e Experts) act(f *fn.Func, gate, up fn.Value) fn.Value {
 	if e.Activation != nil {
 		return e.Activation(f, gate, up)
 	}
@@ -134,7 +134,7 @@ func (e Experts) act(f *Func, gate, up Value) Value {
 
 // Apply runs the experts on x [T, H] with routing weights and indices
 // [T, k], by strategy, and returns [T, H].
-func (e Experts) Apply(f *Func, strategy string, x, weights, indices Value, numExperts int) (Value, error) {
+func (e Experts) Apply(f *fn.Func, strategy string, x, weights, indices fn.Value, numExperts int) (fn.Value, error) {
 	switch strategy {
 	case Gather:
 		return e.gather(f, x, weights, indices), nil
@@ -147,9 +147,9 @@ func (e Experts) Apply(f *Func, strategy string, x, weights, indices Value, numE
 
 // gather: per token t and choice j, y[t,j] = expert_{idx[t,j]}(x[t]), then
 // Σ_j w[t,j]·y[t,j].
-func (e Experts) gather(f *Func, x, weights, indices Value) Value {
-	pick := func(w Value) Value { return f.Gather(w, indices, 0) } // [T,k,...]
-	addBias := func(y, b Value) Value {
+func (e Experts) gather(f *fn.Func, x, weights, indices fn.Value) fn.Value {
+	pick := func(w fn.Value) fn.Value { return f.Gather(w, indices, 0) } // [T,k,...]
+	addBias := func(y, b fn.Value) fn.Value {
 		if b == "" {
 			return y
 		}
@@ -159,14 +159,14 @@ func (e Experts) gather(f *Func, x, weights, indices Value) Value {
 	gate := addBias(f.MatMul(xt, pick(e.Gate)), e.GateBias)
 	up := addBias(f.MatMul(xt, pick(e.Up)), e.UpBias)
 	y := addBias(f.MatMul(e.act(f, gate, up), pick(e.Down)), e.DownBias) // [T,k,1,H]
-	y = f.Op("Squeeze", []Value{y, f.Ints(2)})                           // [T,k,H]
+	y = f.Op("Squeeze", []fn.Value{y, f.Ints(2)})                        // [T,k,H]
 	return f.ReduceSum(f.Mul(y, f.Unsqueeze(weights, -1)), false, 1)
 }
 
 // dense: y[e,t] = expert_e(x[t]) for every expert, then Σ_e w[t,e]·y[e,t]
 // with w zero for experts not chosen.
-func (e Experts) dense(f *Func, x, weights, indices Value, numExperts int) Value {
-	addBias := func(y, b Value) Value {
+func (e Experts) dense(f *fn.Func, x, weights, indices fn.Value, numExperts int) fn.Value {
+	addBias := func(y, b fn.Value) fn.Value {
 		if b == "" {
 			return y
 		}
@@ -177,17 +177,9 @@ func (e Experts) dense(f *Func, x, weights, indices Value, numExperts int) Value
 	up := addBias(f.MatMul(xe, e.Up), e.UpBias)
 	y := addBias(f.MatMul(e.act(f, gate, up), e.Down), e.DownBias) // [E,T,H]
 	tokens := f.Dim(x, 0)
-	zeros := f.Op("ConstantOfShape", []Value{f.Concat(0, f.Unsqueeze(tokens, 0), f.Ints(int64(numExperts)))},
-		AttrTensor("value", mustFloat(f.DType(), 0)))
-	all := f.Op("ScatterElements", []Value{zeros, indices, weights}, AttrInt("axis", 1)) // [T,E]
-	perExpert := f.Unsqueeze(f.Transpose(all, 1, 0), -1)                                 // [E,T,1]
+	zeros := f.Op("ConstantOfShape", []fn.Value{f.Concat(0, f.Unsqueeze(tokens, 0), f.Ints(int64(numExperts)))},
+		fn.AttrTensor("value", fn.MustFloatTensor(f.DType(), 0)))
+	all := f.Op("ScatterElements", []fn.Value{zeros, indices, weights}, fn.AttrInt("axis", 1)) // [T,E]
+	perExpert := f.Unsqueeze(f.Transpose(all, 1, 0), -1)                                       // [E,T,1]
 	return f.ReduceSum(f.Mul(y, perExpert), false, 0)
-}
-
-func mustFloat(t DType, v float32) *onnxpb.TensorProto {
-	tensor, err := FloatTensor(t, []int64{1}, v)
-	if err != nil {
-		panic(err)
-	}
-	return tensor
 }

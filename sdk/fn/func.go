@@ -1,12 +1,12 @@
-// Package build is what an architecture plugin uses to write its parts as ONNX
-// functions: a small function builder, typed constants, and the LLM blocks
-// (Linear, RMSNorm, RoPE, masks, attention over the retained KV cache, SwiGLU)
-// so that a plugin is mostly wiring.
+// Package fn builds ONNX functions for architecture plugins: a small
+// function builder (Func, Value, scopes that name nodes), thin helpers over
+// single operators, and typed constants. The LLM blocks built with it live
+// in sdk/blocks.
 //
 // A function built here is type-generic in its inputs like any ONNX function;
 // only the constants it creates carry a dtype, the compute dtype the builder
 // was made with.
-package build
+package fn
 
 import (
 	"fmt"

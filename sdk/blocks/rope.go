@@ -1,6 +1,8 @@
-package build
+package blocks
 
 import (
+	"github.com/strata-llm/strata/sdk/fn"
+
 	"fmt"
 	"math"
 
@@ -157,23 +159,23 @@ func (r RoPE) llama3(inv []float32) {
 
 // Tables computes cos and sin [B,1,S,Dim] in the compute dtype from int64
 // position_ids [B,S], once per model.
-func (r RoPE) Tables(f *Func, positionIDs Value) (cos, sin Value) {
-	pos := f.Unsqueeze(f.Cast(positionIDs, Float32), -1) // [B,S,1]
-	freqs := f.Mul(pos, f.Floats(r.InvFreq()...))        // [B,S,Dim/2]
+func (r RoPE) Tables(f *fn.Func, positionIDs fn.Value) (cos, sin fn.Value) {
+	pos := f.Unsqueeze(f.Cast(positionIDs, fn.Float32), -1) // [B,S,1]
+	freqs := f.Mul(pos, f.Floats(r.InvFreq()...))           // [B,S,Dim/2]
 	emb := f.Concat(-1, freqs, freqs)
 	cos, sin = f.Cos(emb), f.Sin(emb)
 	if r.AttentionScaling != 1 {
-		scale := f.ScalarOf(Float32, float32(r.AttentionScaling))
+		scale := f.ScalarOf(fn.Float32, float32(r.AttentionScaling))
 		cos, sin = f.Mul(cos, scale), f.Mul(sin, scale)
 	}
-	cos = f.Unsqueeze(f.CastTo(cos, Float32, f.DType()), 1)
-	sin = f.Unsqueeze(f.CastTo(sin, Float32, f.DType()), 1)
+	cos = f.Unsqueeze(f.CastTo(cos, fn.Float32, f.DType()), 1)
+	sin = f.Unsqueeze(f.CastTo(sin, fn.Float32, f.DType()), 1)
 	return cos, sin
 }
 
 // Apply rotates x [B,n,S,headDim] by the tables; with a partial rotary
 // dimension only the first Dim channels turn.
-func (r RoPE) Apply(f *Func, x, cos, sin Value, headDim int) Value {
+func (r RoPE) Apply(f *fn.Func, x, cos, sin fn.Value, headDim int) fn.Value {
 	if r.Dim == headDim {
 		return rotate(f, x, cos, sin, r.Dim)
 	}
@@ -182,7 +184,7 @@ func (r RoPE) Apply(f *Func, x, cos, sin Value, headDim int) Value {
 }
 
 // rotate is x·cos + rotate_half(x)·sin with rotate_half([a,b]) = [-b,a].
-func rotate(f *Func, x, cos, sin Value, dim int) Value {
+func rotate(f *fn.Func, x, cos, sin fn.Value, dim int) fn.Value {
 	halves := f.Split(x, -1, int64(dim/2), int64(dim/2))
 	rotated := f.Concat(-1, f.Neg(halves[1]), halves[0])
 	return f.Add(f.Mul(x, cos), f.Mul(rotated, sin))

@@ -1,13 +1,15 @@
-package build
+package blocks
+
+import "github.com/strata-llm/strata/sdk/fn"
 
 // Linear is an nn.Linear: weight [out, in] as stored in the checkpoint and an
 // optional bias [out] ("" for none).
 type Linear struct {
-	Weight, Bias Value
+	Weight, Bias fn.Value
 }
 
 // Apply computes x·Wᵀ + b. The transpose is of a weight, so compilers fold it.
-func (l Linear) Apply(f *Func, x Value) Value {
+func (l Linear) Apply(f *fn.Func, x fn.Value) fn.Value {
 	y := f.MatMul(x, f.Transpose(l.Weight, 1, 0))
 	if l.Bias != "" {
 		y = f.Add(y, l.Bias)
@@ -18,7 +20,7 @@ func (l Linear) Apply(f *Func, x Value) Value {
 // LinearInputs declares the formal inputs of a Linear called name: the weight
 // "<name>.weight" and, with bias, "<name>.bias". The returned names are what
 // weight bindings refer to.
-func LinearInputs(f *Func, name string, bias bool) Linear {
+func LinearInputs(f *fn.Func, name string, bias bool) Linear {
 	l := Linear{Weight: f.Input(name + ".weight")}
 	if bias {
 		l.Bias = f.Input(name + ".bias")
@@ -28,8 +30,8 @@ func LinearInputs(f *Func, name string, bias bool) Linear {
 
 // RMSNorm applies Llama-style RMSNorm as the CustomRMSNorm op the Qualcomm
 // compiler knows, with its reference body shipped alongside.
-func RMSNorm(f *Func, x, weight Value, eps float64) Value {
-	return f.Call(CustomRMSNormFunc(), []Value{x, weight}, AttrFloat("epsilon", float32(eps)))
+func RMSNorm(f *fn.Func, x, weight fn.Value, eps float64) fn.Value {
+	return f.Call(CustomRMSNormFunc(), []fn.Value{x, weight}, fn.AttrFloat("epsilon", float32(eps)))
 }
 
 // SwiGLU is Llama's MLP: down(silu(gate(x)) * up(x)).
@@ -38,25 +40,25 @@ type SwiGLU struct {
 }
 
 // Apply computes the MLP.
-func (m SwiGLU) Apply(f *Func, x Value) Value {
+func (m SwiGLU) Apply(f *fn.Func, x fn.Value) fn.Value {
 	gate := m.Gate.Apply(f.Scope("gate_proj"), x)
 	up := m.Up.Apply(f.Scope("up_proj"), x)
 	return m.Down.Apply(f.Scope("down_proj"), f.Mul(SiLU(f, gate), up))
 }
 
 // SiLU is x·sigmoid(x).
-func SiLU(f *Func, x Value) Value {
+func SiLU(f *fn.Func, x fn.Value) fn.Value {
 	return f.Mul(x, f.Sigmoid(x))
 }
 
 // Embedding looks token ids up in a [vocab, hidden] table.
-func Embedding(f *Func, table, ids Value) Value {
+func Embedding(f *fn.Func, table, ids fn.Value) fn.Value {
 	return f.Gather(table, ids, 0)
 }
 
 // LastValidToken picks, per batch row, the hidden state of the token with the
 // largest position id (padding is -1): [B,S,H] -> [B,1,H].
-func LastValidToken(f *Func, hidden, positionIDs Value) Value {
+func LastValidToken(f *fn.Func, hidden, positionIDs fn.Value) fn.Value {
 	last := f.ArgMax(positionIDs, 1, true) // [B,1]
-	return f.Op("GatherND", []Value{hidden, f.Unsqueeze(last, -1)}, AttrInt("batch_dims", 1))
+	return f.Op("GatherND", []fn.Value{hidden, f.Unsqueeze(last, -1)}, fn.AttrInt("batch_dims", 1))
 }

@@ -1,0 +1,243 @@
+// Package decoder is the declarative layer a decoder-only architecture is
+// written on: the plugin states what differs from the common decoder —
+// its own config fields, its layer kinds and their bodies — and this
+// package answers Describe, Check, Plan and Build.
+//
+// A weight is declared once, where the layer body uses it
+// (l.Weight("self_attn.q_norm.weight", hd)): that declaration is the layer
+// function's formal input, the tensor Check expects of every layer of the
+// kind, and the binding Build sends for each of them.
+package decoder
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/hf"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/weight"
+)
+
+// Plugin is a plugin binary's architectures; it implements
+// sdk.Architecture: `func main() { sdk.Serve(decoder.Plugin{...}) }`.
+type Plugin struct {
+	Name, Version string
+	Architectures []Architecture
+}
+
+// Architecture is one model_type: data about it, and Load, which reads the
+// architecture's own config fields and declares its layer kinds.
+type Architecture struct {
+	ModelType       string
+	HFArchitectures []string
+	// Name starts the names of the non-layer functions: <Name>Embed,
+	// <Name>Context, <Name>Final.
+	Name string
+	// Capabilities as declared in Describe; nil means layerwise export is
+	// supported and nothing else is claimed.
+	Capabilities *pb.Capabilities
+	Options      []*pb.PluginOption
+	// ConfigObject, when set, is the nested config.json object holding the
+	// language model's fields (e.g. text_config).
+	ConfigObject string
+	// Prefix is where the language model's keys live: "model." when empty;
+	// "model.language_model." for Qwen3-VL.
+	Prefix string
+	Load   func(m *Model) error
+}
+
+var _ sdk.Architecture = Plugin{}
+
+// Describe lists the architectures and what they support.
+func (p Plugin) Describe(context.Context) (*pb.DescribeResponse, error) {
+	d := &pb.DescribeResponse{Name: p.Name, Version: p.Version, ProtocolVersion: sdk.ProtocolVersion, SdkVersion: sdk.Version}
+	for _, a := range p.Architectures {
+		d.Architectures = append(d.Architectures, &pb.ArchitectureSupport{
+			ModelType: a.ModelType, HfArchitectures: a.HFArchitectures, Capabilities: a.capabilities(), Options: a.Options})
+	}
+	return d, nil
+}
+
+func (a Architecture) capabilities() *pb.Capabilities {
+	if a.Capabilities == nil {
+		return &pb.Capabilities{Layerwise: true}
+	}
+	return a.Capabilities
+}
+
+// Check loads the model (config and every declared tensor); an error is
+// the reason it is not supported.
+func (p Plugin) Check(_ context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error) {
+	m, err := p.load(req.GetModel(), nil)
+	if err == nil {
+		err = m.checkTensors()
+	}
+	if err != nil {
+		return &pb.CheckResponse{Reasons: []string{err.Error()}}, nil
+	}
+	return &pb.CheckResponse{Supported: true, LayerwiseSupported: m.arch.capabilities().GetLayerwise(),
+		Reasons: m.notes}, nil
+}
+
+// Plan lists the layers, their kinds and caches, and the context values.
+func (p Plugin) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, error) {
+	m, err := p.load(req.GetModel(), req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	plan := &pb.PlanResponse{ModelType: m.arch.ModelType, VocabSize: int64(m.Vocab), HiddenSize: int64(m.Hidden),
+		ContextOutputs: slices.Clone(StandardContext), Mtp: m.MTP, Models: m.models}
+	for _, v := range m.context {
+		plan.ContextOutputs = append(plan.ContextOutputs, v.Name)
+	}
+	for _, k := range m.kinds {
+		plan.Kinds = append(plan.Kinds, &pb.LayerKind{Name: k.Name, Caches: k.caches(m)})
+	}
+	for i := range m.Layers {
+		plan.Layers = append(plan.Layers, &pb.Layer{Index: int32(i), Kind: m.kindOf(i).Name})
+	}
+	return plan, nil
+}
+
+// Build answers one part.
+func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildResponse, error) {
+	m, err := p.load(req.GetModel(), req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	dt, err := ComputeDType(req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	a := m.arch
+	domain := "strata." + p.Name
+	switch req.GetPart() {
+	case sdk.PartEmbed:
+		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))), nil
+	case sdk.PartContext:
+		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context), nil
+	case sdk.PartLayer:
+		k, ok := m.kind(req.GetKind())
+		if !ok {
+			return nil, fmt.Errorf("%s has layer kinds %s; asked for %q", a.ModelType, m.kindNames(), req.GetKind())
+		}
+		return m.buildLayers(domain, dt, k, req.GetLayers())
+	case sdk.PartFinal:
+		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight()), nil
+	case sdk.PartModel:
+		build, ok := m.modelBuilders[req.GetModelName()]
+		if !ok {
+			return nil, fmt.Errorf("%s builds no model %q", a.ModelType, req.GetModelName())
+		}
+		return build(fn.NewFunc(domain, a.Name+exportedName(req.GetModelName()), dt))
+	default:
+		return nil, fmt.Errorf("%s has no part %q (parts: %s, %s, %s, %s, %s)", a.ModelType, req.GetPart(),
+			sdk.PartEmbed, sdk.PartContext, sdk.PartLayer, sdk.PartFinal, sdk.PartModel)
+	}
+}
+
+func exportedName(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// ExpectedTensors lists every tensor the plugin would bind for model's
+// config, with its shape, without checking the inventory (which may be
+// partial: it still tells layouts detected from the keys). For tests and
+// tools that make checkpoints.
+func (p Plugin) ExpectedTensors(model *pb.Model) ([]sdk.ExpectedTensor, error) {
+	m, err := p.loadWith(model, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.expected()
+}
+
+// load parses the config for the model's architecture and runs its Load.
+func (p Plugin) load(model *pb.Model, opts *pb.ExportOptions) (*Model, error) {
+	return p.loadWith(model, opts, true)
+}
+
+func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bool) (*Model, error) {
+	c, err := hf.Parse(model.GetConfigJson())
+	if err != nil {
+		return nil, err
+	}
+	mt, err := c.String("model_type")
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(p.Architectures, func(a Architecture) bool { return a.ModelType == mt })
+	if i < 0 {
+		return nil, fmt.Errorf("plugin %s does not handle model_type %q", p.Name, mt)
+	}
+	a := p.Architectures[i]
+	r := &hf.Reader{Config: c}
+	if a.ConfigObject != "" {
+		sub, ok := r.Object(a.ConfigObject)
+		if !ok && r.Err == nil {
+			return nil, fmt.Errorf("config.json: required object %q is missing", a.ConfigObject)
+		}
+		r = &hf.Reader{Config: sub, Err: r.Err}
+	}
+	m := &Model{Reader: r, Top: c, arch: a, Inventory: sdk.NewInventory(model), Export: opts, Prefix: a.Prefix,
+		modelBuilders: map[string]func(*fn.Func) (*pb.BuildResponse, error){}}
+	if m.Options, err = pluginOptions(opts, p.Name, a.Options); err != nil {
+		return nil, err
+	}
+	if m.Prefix == "" {
+		m.Prefix = "model."
+	}
+	m.Common = ParseCommon(r)
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if err := m.checkLayerCount(); checkLayers && err != nil {
+		return nil, err
+	}
+	if err := a.Load(m); err != nil {
+		return nil, err
+	}
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	if len(m.kinds) == 0 {
+		return nil, fmt.Errorf("plugin %s declares no layer kind for %s", p.Name, mt)
+	}
+	return m, nil
+}
+
+// pluginOptions checks opts against the declared options and fills in
+// defaults; an unknown key or a value not allowed is an error naming what is.
+func pluginOptions(opts *pb.ExportOptions, plugin string, declared []*pb.PluginOption) (map[string]string, error) {
+	out := map[string]string{}
+	byName := map[string]*pb.PluginOption{}
+	var names []string
+	for _, o := range declared {
+		out[o.GetName()] = o.GetDefaultValue()
+		byName[o.GetName()] = o
+		names = append(names, o.GetName())
+	}
+	slices.Sort(names)
+	for k, v := range opts.GetPluginOptions() {
+		o, ok := byName[k]
+		if !ok {
+			list := strings.Join(names, ", ")
+			if list == "" {
+				list = "none"
+			}
+			return nil, fmt.Errorf("plugin %s has no option %q (it has: %s)", plugin, k, list)
+		}
+		if allowed := o.GetAllowedValues(); len(allowed) > 0 && !slices.Contains(allowed, v) {
+			return nil, fmt.Errorf("%s %q: use %s", k, v, strings.Join(allowed, " or "))
+		}
+		out[k] = v
+	}
+	return out, nil
+}

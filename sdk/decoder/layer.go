@@ -1,0 +1,179 @@
+package decoder
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/weight"
+)
+
+// Layer is a layer kind's function while its body builds it: the function
+// (embedded: l.MatMul, l.Scope, ...), the standard inputs, and the weights
+// declared so far.
+type Layer struct {
+	*fn.Func
+	Model *Model
+	Kind  *Kind
+	// Hidden is the layer's input hidden state [B,S,H]; Attn what its
+	// attention reads of the model level (positions, cache, context).
+	Hidden fn.Value
+	Attn   blocks.AttentionContext
+
+	declared []declaredWeight
+	finished bool
+}
+
+type declaredWeight struct {
+	input string
+	bind  func(layer int32) weight.Expr
+}
+
+func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
+	l := &Layer{Func: f, Model: m, Kind: k}
+	l.Hidden, l.Attn = layerInputs(f, m.Export)
+	return l
+}
+
+// Weight declares the layer tensor name (under the layer's prefix) of the
+// given shape as a formal input, bound as stored.
+func (l *Layer) Weight(name string, shape ...int64) fn.Value {
+	return l.Computed(name, func(i int32) weight.Expr { return weight.Tensor(l.Model.LayerKey(i, name), shape...) })
+}
+
+// Computed declares formal input name, bound for layer i to bind(i): an
+// expression over checkpoint tensors (stacked experts, dequantised blocks).
+func (l *Layer) Computed(name string, bind func(layer int32) weight.Expr) fn.Value {
+	l.declared = append(l.declared, declaredWeight{input: name, bind: bind})
+	return l.Input(name)
+}
+
+// Linear declares an nn.Linear called name: weight [out, in], and bias
+// [out] when bias is set.
+func (l *Layer) Linear(name string, out, in int, bias bool) blocks.Linear {
+	lin := blocks.Linear{Weight: l.Weight(name+".weight", int64(out), int64(in))}
+	if bias {
+		lin.Bias = l.Weight(name+".bias", int64(out))
+	}
+	return lin
+}
+
+// Context declares a context value (one the model added with AddContext)
+// as an input of the layer.
+func (l *Layer) Context(name string) fn.Value { return l.Input(name) }
+
+// Output declares the layer's outputs: the hidden state and each cache's
+// retained state, in the kind's cache order.
+func (l *Layer) Output(hidden fn.Value, caches ...fn.Value) {
+	l.Func.Output(sdk.HiddenStatesOut, hidden)
+	specs := l.Kind.caches(l.Model)
+	for i, c := range caches {
+		l.Func.Output(specs[i].GetName()+sdk.RetainedSuffix, c)
+	}
+	l.finished = true
+}
+
+// Block is a layer's sub-block with weights: Declare declares them (in
+// input order), Apply computes the block on x.
+type Block interface {
+	Declare(l *Layer)
+	Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error)
+}
+
+// PreNorm is the pre-norm residual layer every decoder here has:
+// h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)),
+// with the norms' weights named as transformers names them.
+func (l *Layer) PreNorm(attn *Attention, mlp Block) error {
+	h := int64(l.Model.Hidden)
+	inNorm := l.Weight("input_layernorm.weight", h)
+	attn.Declare(l)
+	postNorm := l.Weight("post_attention_layernorm.weight", h)
+	mlp.Declare(l)
+
+	normed := blocks.RMSNorm(l.Scope("input_layernorm"), l.Hidden, inNorm, l.Model.Eps)
+	attnOut, key, value := attn.Apply(l, l.Scope("self_attn"), normed)
+	hidden := l.Add(l.Hidden, attnOut)
+	normed = blocks.RMSNorm(l.Scope("post_attention_layernorm"), hidden, postNorm, l.Model.Eps)
+	out, err := mlp.Apply(l, l.Scope("mlp"), normed)
+	if err != nil {
+		return err
+	}
+	l.Output(l.Add(hidden, out), key, value)
+	return nil
+}
+
+// Attention is self-attention named as transformers names it
+// (self_attn.{q,k,v,o}_proj), with the model's heads, head_dim and RoPE.
+type Attention struct {
+	QKVBias, OBias bool // biases of the q/k/v and of the o projection
+	QKNorm         bool // per-head RMSNorm of queries and keys before RoPE (self_attn.{q,k}_norm)
+	Sinks          bool // a learned per-head logit joining the softmax (self_attn.sinks, gpt-oss)
+	Scaling        float64
+	// Mask is the context value masking the scores: CtxMask when empty, or
+	// one the model added (a sliding-window mask).
+	Mask string
+
+	block blocks.Attention
+}
+
+// Declare declares the projections, norms and sinks.
+func (a *Attention) Declare(l *Layer) {
+	m := l.Model
+	q, kv, h := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim, m.Hidden
+	a.block = blocks.Attention{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, RoPE: m.RoPE, Scaling: a.Scaling,
+		Q: l.Linear("self_attn.q_proj", q, h, a.QKVBias),
+		K: l.Linear("self_attn.k_proj", kv, h, a.QKVBias),
+		V: l.Linear("self_attn.v_proj", kv, h, a.QKVBias),
+		O: l.Linear("self_attn.o_proj", h, q, a.OBias),
+	}
+	if a.QKNorm {
+		a.block.QNorm = l.Weight("self_attn.q_norm.weight", int64(m.HeadDim))
+		a.block.KNorm = l.Weight("self_attn.k_norm.weight", int64(m.HeadDim))
+		a.block.NormEps = m.Eps
+	}
+	if a.Sinks {
+		a.block.Sinks = l.Weight("self_attn.sinks", int64(m.Heads))
+	}
+	if a.Mask != "" && a.Mask != CtxMask {
+		l.Attn.Mask = l.Context(a.Mask)
+	}
+}
+
+// Apply computes attention on x; it returns the output and the updated
+// key and value caches.
+func (a *Attention) Apply(l *Layer, f *fn.Func, x fn.Value) (out, key, value fn.Value) {
+	return a.block.Apply(f, x, l.Attn)
+}
+
+// SwiGLU is a gated MLP named as transformers names it: <Name>.gate_proj,
+// up_proj, down_proj of width Width (Name "mlp" when empty).
+type SwiGLU struct {
+	Name  string
+	Width int
+	Bias  bool
+
+	block blocks.SwiGLU
+}
+
+// Declare declares the three projections.
+func (s *SwiGLU) Declare(l *Layer) {
+	name := s.Name
+	if name == "" {
+		name = "mlp"
+	}
+	if s.Width <= 0 {
+		l.Model.Fail(fmt.Errorf("%s: the MLP width must be positive, got %d", l.Model.Config.Path(), s.Width))
+	}
+	h := l.Model.Hidden
+	s.block = blocks.SwiGLU{
+		Gate: l.Linear(name+".gate_proj", s.Width, h, s.Bias),
+		Up:   l.Linear(name+".up_proj", s.Width, h, s.Bias),
+		Down: l.Linear(name+".down_proj", h, s.Width, s.Bias),
+	}
+}
+
+// Apply computes the MLP.
+func (s *SwiGLU) Apply(_ *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
+	return s.block.Apply(f, x), nil
+}

@@ -1,0 +1,276 @@
+package decoder
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/hf"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/weight"
+)
+
+// Model is one checkpoint as an architecture's Load sees it: the config
+// (its own fields read through the embedded Reader, the common ones already
+// in Common), the tensor inventory, the export's options. Load declares
+// the layer kinds and, where the architecture differs, sets the fields
+// below.
+type Model struct {
+	*hf.Reader
+	Common
+	// Top is the whole config.json (the Reader may read a nested object).
+	Top       hf.Config
+	Inventory sdk.Inventory
+	Export    *pb.ExportOptions // nil in Check
+	Options   map[string]string // plugin options, defaults filled in
+	// Prefix is where the language model's keys live (Architecture.Prefix).
+	Prefix string
+	// HeadKey is the untied head's key ("lm_head.weight" when empty).
+	HeadKey string
+	// KindOf names layer i's kind; nil: every layer is the first kind.
+	KindOf func(i int) string
+	// MTP is what the architecture found of multi-token-prediction layers.
+	MTP *pb.MTPLayout
+
+	arch          Architecture
+	kinds         []*Kind
+	context       []ContextValue
+	models        []*pb.ModelSpec
+	modelBuilders map[string]func(*fn.Func) (*pb.BuildResponse, error)
+	notes         []string
+}
+
+// Kind is a kind of decoder layer: one ONNX function, one body.
+type Kind struct {
+	Name     string // in the plan: "decoder", "moe", "sliding", ...
+	Function string // the ONNX function: LlamaDecoderLayer
+	// Caches overrides the kind's per-layer state (default: KVCaches).
+	Caches func(m *Model) []*pb.CacheSpec
+	Body   func(l *Layer) error
+}
+
+func (k *Kind) caches(m *Model) []*pb.CacheSpec {
+	if k.Caches != nil {
+		return k.Caches(m)
+	}
+	return KVCaches(m.Export, m.KVHeads, m.HeadDim)
+}
+
+// Kind declares a layer kind. The first kind declared is every layer's
+// unless KindOf says otherwise.
+func (m *Model) Kind(name, function string, body func(l *Layer) error) *Kind {
+	k := &Kind{Name: name, Function: function, Body: body}
+	m.kinds = append(m.kinds, k)
+	return k
+}
+
+// AddContext adds a value the context part computes once for all layers.
+func (m *Model) AddContext(v ContextValue) { m.context = append(m.context, v) }
+
+// AddModel declares a separate model the plugin builds (part "model"):
+// build gets a function named <Name><Spec.Name> and returns it with its
+// weight bindings (layer sdk.NonLayer).
+func (m *Model) AddModel(spec *pb.ModelSpec, build func(f *fn.Func) (*pb.BuildResponse, error)) {
+	m.models = append(m.models, spec)
+	m.modelBuilders[spec.GetName()] = build
+}
+
+// Note records something the user should know that does not stop the
+// export (Check's reasons of a supported model).
+func (m *Model) Note(format string, args ...any) {
+	m.notes = append(m.notes, fmt.Sprintf(format, args...))
+}
+
+// Key is the checkpoint key of a language-model tensor: Prefix + name.
+func (m *Model) Key(name string) string { return m.Prefix + name }
+
+// LayerKey is the checkpoint key of decoder layer i's tensor name.
+func (m *Model) LayerKey(i int32, name string) string {
+	return fmt.Sprintf("%slayers.%d.%s", m.Prefix, i, name)
+}
+
+func (m *Model) kindOf(i int) *Kind {
+	if m.KindOf == nil {
+		return m.kinds[0]
+	}
+	k, _ := m.kind(m.KindOf(i))
+	return k
+}
+
+func (m *Model) kind(name string) (*Kind, bool) {
+	for _, k := range m.kinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+func (m *Model) kindNames() string {
+	var names []string
+	for _, k := range m.kinds {
+		names = append(names, k.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func (m *Model) headWeight() weight.Expr {
+	if m.Tied {
+		return weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))
+	}
+	key := m.HeadKey
+	if key == "" {
+		key = "lm_head.weight"
+	}
+	return weight.Tensor(key, int64(m.Vocab), int64(m.Hidden))
+}
+
+func (m *Model) normWeight() weight.Expr { return weight.Tensor(m.Key("norm.weight"), int64(m.Hidden)) }
+
+// layersOf lists the layers of kind k.
+func (m *Model) layersOf(k *Kind) []int32 {
+	var out []int32
+	for i := range m.Layers {
+		if m.kindOf(i) == k {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// checkTensors checks the checkpoint holds every tensor the graph binds,
+// with the shape the config implies. The work is bounded by the inventory,
+// not by counts in config.json: the layer count was checked against the
+// keys when loading, and the check stops after a few missing tensors.
+func (m *Model) checkTensors() error {
+	check := m.Inventory.Checker(maxReported)
+	err := m.eachExpected(func(ts []sdk.ExpectedTensor) bool {
+		check.Expect(ts...)
+		return !check.Full()
+	})
+	if err != nil {
+		return err
+	}
+	return check.Err()
+}
+
+// expected lists every tensor the graph binds.
+func (m *Model) expected() ([]sdk.ExpectedTensor, error) {
+	var out []sdk.ExpectedTensor
+	err := m.eachExpected(func(ts []sdk.ExpectedTensor) bool {
+		out = append(out, ts...)
+		return true
+	})
+	return out, err
+}
+
+// eachExpected hands each binding's leaves to yield (the non-layer parts',
+// then each kind's layers') until yield says stop.
+func (m *Model) eachExpected(yield func([]sdk.ExpectedTensor) bool) error {
+	for i := range m.Layers {
+		if m.kindOf(i) == nil {
+			return fmt.Errorf("layer %d: the plugin names kind %q, which it does not declare (kinds: %s)", i, m.KindOf(i), m.kindNames())
+		}
+	}
+	embed := weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))
+	for _, w := range []weight.Expr{embed, m.normWeight(), m.headWeight()} {
+		if !yield(w.Leaves()) {
+			return nil
+		}
+	}
+	for _, k := range m.kinds {
+		l, err := m.declare(k)
+		if err != nil {
+			return err
+		}
+		for _, i := range m.layersOf(k) {
+			for _, d := range l.declared {
+				if !yield(d.bind(i).Leaves()) {
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// maxReported is how many missing or misshapen tensors Check names.
+const maxReported = 5
+
+// checkLayerCount refuses a num_hidden_layers the inventory cannot back:
+// the last layer must have tensors under its prefix.
+func (m *Model) checkLayerCount() error {
+	last := m.LayerKey(int32(m.Layers-1), "")
+	if m.Inventory.HasPrefix(last) {
+		return nil
+	}
+	held := m.Inventory.LayerIndices(m.Prefix + "layers.")
+	if len(held) == 0 {
+		return fmt.Errorf("config.json: num_hidden_layers is %d, but the checkpoint holds no tensor under %slayers.", m.Layers, m.Prefix)
+	}
+	return fmt.Errorf("config.json: num_hidden_layers is %d, but the checkpoint holds tensors for %d layers (%s..%d); the tensors of layer %d (%s*) are missing",
+		m.Layers, len(held), fmt.Sprint(held[0]), held[len(held)-1], m.Layers-1, last)
+}
+
+// declare runs a kind's body once to learn its weights.
+func (m *Model) declare(k *Kind) (*Layer, error) {
+	l := newLayer(m, k, fn.NewFunc("strata.check", k.Function, fn.Float32))
+	if err := k.Body(l); err != nil {
+		return nil, fmt.Errorf("layer kind %s: %w", k.Name, err)
+	}
+	return l, m.Err
+}
+
+// buildLayers builds kind k's function and binds its weights for layers.
+func (m *Model) buildLayers(domain string, dt fn.DType, k *Kind, layers []int32) (*pb.BuildResponse, error) {
+	l := newLayer(m, k, fn.NewFunc(domain, k.Function, dt))
+	if err := k.Body(l); err != nil {
+		return nil, err
+	}
+	if m.Err != nil {
+		return nil, m.Err
+	}
+	if !l.finished {
+		return nil, fmt.Errorf("layer kind %s: the body returned without declaring its outputs (call l.Output)", k.Name)
+	}
+	var bindings []*pb.LayerWeights
+	for _, i := range layers {
+		if i < 0 || int(i) >= m.Layers || m.kindOf(int(i)) != k {
+			return nil, fmt.Errorf("layer %d is not of kind %s", i, k.Name)
+		}
+		lw := &pb.LayerWeights{Layer: i}
+		for _, d := range l.declared {
+			lw.Bindings = append(lw.Bindings, weight.Bind(d.input, d.bind(i)))
+		}
+		bindings = append(bindings, lw)
+	}
+	return Response(l.Func, bindings...), nil
+}
+
+// HasLayerTensor reports whether layer i holds name (for layouts found
+// from the keys present).
+func (m *Model) HasLayerTensor(i int32, name string) bool {
+	return m.Inventory.Has(m.LayerKey(i, name))
+}
+
+// LayerTensor is layer i's tensor name, if present.
+func (m *Model) LayerTensor(i int32, name string) (*pb.TensorInfo, bool) {
+	t, ok := m.Inventory[m.LayerKey(i, name)]
+	return t, ok
+}
+
+// EveryLayer runs check on each layer of the given kind names (all layers
+// when none), stopping at the first error.
+func (m *Model) EveryLayer(check func(i int32) error, kinds ...string) error {
+	for i := range m.Layers {
+		if len(kinds) > 0 && m.KindOf != nil && !slices.Contains(kinds, m.KindOf(i)) {
+			continue
+		}
+		if err := check(int32(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

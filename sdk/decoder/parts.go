@@ -1,0 +1,114 @@
+package decoder
+
+import (
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/fn"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/weight"
+)
+
+// The non-layer parts every decoder-only LM shares: embedding, the context
+// (RoPE tables, masks, cache read indices, computed once per model), and
+// the final norm and head.
+
+// Names of the standard context values layers read, and of the KV cache.
+const (
+	CtxCos         = "cos"
+	CtxSin         = "sin"
+	CtxMask        = "mask"
+	CtxReadIndices = "cache_read_indices"
+	CtxReadInvalid = "cache_read_invalid"
+	PastKey        = "past_key"
+	PastValue      = "past_value"
+)
+
+// StandardContext are the context values every decoder has, in order.
+var StandardContext = []string{CtxCos, CtxSin, CtxMask, CtxReadIndices, CtxReadInvalid}
+
+// KVCaches declares past_key and past_value [rows, kvHeads, ctx_len,
+// headDim], rows being batch_size, or full_batch_size with continuous
+// batching.
+func KVCaches(opts *pb.ExportOptions, kvHeads, headDim int) []*pb.CacheSpec {
+	rows := "batch_size"
+	if opts.GetContinuousBatching() {
+		rows = "full_batch_size"
+	}
+	shape := []*pb.Dim{DimParam(rows), DimSize(kvHeads), DimParam("ctx_len"), DimSize(headDim)}
+	return []*pb.CacheSpec{{Name: PastKey, Shape: shape}, {Name: PastValue, Shape: shape}}
+}
+
+// Context is what a context value is computed from: position_ids [B,S],
+// the cache slots attention reads [1,1,C], and the model's RoPE.
+type Context struct {
+	*fn.Func
+	PositionIDs, Slots fn.Value
+	RoPE               blocks.RoPE
+}
+
+// ContextValue is a value the context part computes for the layers, e.g. a
+// sliding-window mask beside the causal one.
+type ContextValue struct {
+	Name    string
+	Compute func(c *Context) fn.Value
+}
+
+// embedPart looks input_ids up in the embedding tensor.
+func embedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
+	f := fn.NewFunc(domain, name, dt)
+	ids, table := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
+	f.Output(sdk.HiddenStates, blocks.Embedding(f, table, ids))
+	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{weight.Bind("embed_tokens.weight", embed)}})
+}
+
+// contextPart computes, once per model, the RoPE tables, the causal mask,
+// the cache read indices, and the plugin's own context values.
+func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
+	f := fn.NewFunc(domain, name, dt)
+	pos, cache := f.Input(sdk.PositionIDs), f.Input(PastKey)
+	var ccl fn.Value
+	if opts.GetCcl() {
+		ccl = f.Input(sdk.CompCtxLengths)
+	}
+	cos, sin := rope.Tables(f.Scope("rope"), pos)
+	slots := blocks.CacheSlots(f.Scope("cache"), cache, ccl)
+	indices, invalid := blocks.CacheReadIndices(f.Scope("cache"), pos, slots)
+	f.Output(CtxCos, cos)
+	f.Output(CtxSin, sin)
+	f.Output(CtxMask, blocks.CausalMask(f.Scope("mask"), pos, slots))
+	f.Output(CtxReadIndices, indices)
+	f.Output(CtxReadInvalid, invalid)
+	for _, v := range extra {
+		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope}))
+	}
+	return Response(f)
+}
+
+// layerInputs declares a decoder layer's standard formal inputs (hidden
+// state, positions, batch_index with continuous batching, the KV cache, the
+// standard context values) and returns the hidden state and attention
+// context.
+func layerInputs(f *fn.Func, opts *pb.ExportOptions) (hidden fn.Value, c blocks.AttentionContext) {
+	hidden = f.Input(sdk.HiddenStates)
+	c.PositionIDs = f.Input(sdk.PositionIDs)
+	if opts.GetContinuousBatching() {
+		c.BatchIndex = f.Input(sdk.BatchIndex)
+	}
+	c.PastKey, c.PastValue = f.Input(PastKey), f.Input(PastValue)
+	c.Cos, c.Sin, c.Mask = f.Input(CtxCos), f.Input(CtxSin), f.Input(CtxMask)
+	c.ReadIndices, c.Invalid = f.Input(CtxReadIndices), f.Input(CtxReadInvalid)
+	return hidden, c
+}
+
+// finalPart picks each row's last valid token, norms it, and projects it
+// to float32 logits.
+func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr) *pb.BuildResponse {
+	f := fn.NewFunc(domain, name, dt)
+	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
+	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")
+	last := blocks.LastValidToken(f, hidden, pos)
+	logits := blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), blocks.RMSNorm(f.Scope("norm"), last, normW, eps))
+	f.Output(sdk.Logits, f.CastTo(logits, dt, fn.Float32))
+	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{
+		weight.Bind("norm.weight", norm), weight.Bind("lm_head.weight", head)}})
+}
