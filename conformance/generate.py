@@ -76,7 +76,17 @@ QWEN3MOE_SPEC = {
                                  {"fused_experts": True}),
 }
 
-ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC}
+# Qwen3 dense (plugins/qwen3, the docs/plugins.md walk-through): q/k norms,
+# biases, tied embeddings. Seeds are explicit so names that sort before the
+# older fixtures leave their seeds unchanged.
+QWEN3_SPEC = {
+    "qwen3-f32-bias-tied": (dict(num_key_value_heads=2, head_dim=24, attention_bias=True, tie_word_embeddings=True),
+                            "float32", {"seed": 2001}),
+    "qwen3-bf16-gqa4": (dict(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=16), "bfloat16",
+                        {"seed": 2002}),
+}
+
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -85,7 +95,11 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 def make_model(name, overrides, seed):
     torch.manual_seed(seed)
-    if name.startswith("qwen3moe"):
+    if name.startswith("qwen3-"):
+        cfg = transformers.Qwen3Config(**{**BASE, **overrides})
+        cfg.architectures = ["Qwen3ForCausalLM"]
+        model = transformers.Qwen3ForCausalLM(cfg).eval()
+    elif name.startswith("qwen3moe"):
         cfg = Qwen3MoeConfig(**{**BASE, **QWEN3MOE, **overrides})
         cfg.architectures = ["Qwen3MoeForCausalLM"]
         model = Qwen3MoeForCausalLM(cfg).eval()
@@ -366,10 +380,12 @@ def main():
         ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
-    for i, name in enumerate(sorted(ALL_SPEC)):
+    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC))
+    for name in sorted(ALL_SPEC):
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
-            generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=1000 + i)
+            seed = options.get("seed", 1000 + older.index(name) if name in older else None)
+            generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "routers" in names:

@@ -59,6 +59,9 @@ const (
 // Any other formal input is a weight and must be bound.
 const (
 	InputIDs        = "input_ids"
+	// InputsEmbeds [batch_size, seq_len, hidden] replaces input_ids when the
+	// plan asks for it (a vision model's embeddings merged by the caller).
+	InputsEmbeds    = "inputs_embeds"
 	PositionIDs     = "position_ids"
 	HiddenStates    = "hidden_states"
 	HiddenStatesOut = "hidden_states_out"

@@ -49,6 +49,7 @@ func exportFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
 		&cli.BoolFlag{Name: "ccl", Usage: "compute-context-length: a comp_ctx_lengths input whose length is how many cache rows attention reads"},
 		&cli.StringSliceFlag{Name: "plugin-option", Usage: "pass `KEY=VALUE` to the plugin (repeatable; also written --KEY VALUE, dashes for underscores, e.g. --moe-strategy dense); `strata archs` lists each plugin's options, and a plugin refuses keys it does not know"},
+		&cli.StringSliceFlag{Name: "extra-model", Usage: "also export the plugin's separate model `NAME` (e.g. vision) as DIR/NAME.onnx (repeatable; `strata archs` lists each architecture's models)"},
 		&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
 		&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
 		&cli.BoolFlag{Name: "keep-windows", Usage: "keep DIR/windows/window_<first>_<last>.onnx after stitching (re-runs then skip unchanged windows)"},
@@ -95,7 +96,7 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 		Out: out, ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
 		ContinuousBatching: c.Bool("continuous-batching"), CCL: c.Bool("ccl"),
 		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
-		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"),
+		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"),
 	}
 	var err error
 	if opts.PluginOptions, err = pluginOptions(c); err != nil {

@@ -10,7 +10,6 @@ import (
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/dtype"
-	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -40,27 +39,12 @@ type assembler struct {
 	kinds        map[string]*pb.LayerKind
 	span         window.Span
 	subfunctions bool // layers as calls of local functions, else inlined
-	serving      serving
+	serving      window.Serving
 	// read records which serving inputs some part declared.
 	read map[string]bool
 }
 
-// serving is which serving-mode inputs the graph has.
-type serving struct{ continuousBatching, ccl bool }
-
-// inputs are the serving inputs, by name.
-func (s serving) inputs() []string {
-	var out []string
-	if s.ccl {
-		out = append(out, sdk.CompCtxLengths)
-	}
-	if s.continuousBatching {
-		out = append(out, sdk.BatchIndex)
-	}
-	return out
-}
-
-func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, srv serving, mode, dataPath string) *assembler {
+func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, srv window.Serving, mode, dataPath string) *assembler {
 	b := graph.New(ps.plan.GetModelType())
 	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b, mode, dataPath),
 		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions, serving: srv, read: map[string]bool{}}
@@ -68,7 +52,7 @@ func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s 
 
 // Value names in the assembled graph.
 func layerPrefix(i int32) string             { return window.LayerPrefix(i) }
-func cacheInput(name string, i int32) string { return fmt.Sprintf("%s.%d", name, i) }
+func cacheInput(name string, i int32) string { return window.CacheName(name, i) }
 func contextValue(name string) string        { return "context/" + name }
 
 // layers are the plan's layers inside the span.
@@ -77,9 +61,13 @@ func (a *assembler) layers() []*pb.Layer {
 }
 
 func (a *assembler) run() error {
-	a.declareIO()
+	if err := a.declareIO(); err != nil {
+		return err
+	}
 	hidden := windowHiddenIn
-	if a.span.IsFirst() {
+	if a.span.IsFirst() && a.parts.plan.GetInputsEmbeds() {
+		hidden = sdk.InputsEmbeds
+	} else if a.span.IsFirst() {
 		hidden = "embed/" + sdk.HiddenStates
 		if err := a.place(a.parts.embed, sdk.NonLayer, "embed",
 			map[string]string{sdk.InputIDs: sdk.InputIDs},
@@ -97,9 +85,12 @@ func (a *assembler) run() error {
 		}
 	}
 	if a.span.IsLast() {
+		outputs := map[string]string{sdk.Logits: sdk.Logits}
+		for _, x := range a.parts.plan.GetExtraOutputs() {
+			outputs[x.GetName()] = x.GetName()
+		}
 		if err := a.place(a.parts.final, sdk.NonLayer, "final",
-			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs},
-			map[string]string{sdk.Logits: sdk.Logits}); err != nil {
+			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}, outputs); err != nil {
 			return err
 		}
 	}
@@ -109,7 +100,7 @@ func (a *assembler) run() error {
 // checkServingInputsRead refuses a serving mode the plugin ignored: its
 // parts would compute as if the input were absent.
 func (a *assembler) checkServingInputsRead() error {
-	for _, name := range a.serving.inputs() {
+	for _, name := range a.serving.Inputs() {
 		if !a.read[name] {
 			return fmt.Errorf("none of the plugin's parts reads %s: it does not support %s", name, servingFlag[name])
 		}
@@ -119,48 +110,19 @@ func (a *assembler) checkServingInputsRead() error {
 
 var servingFlag = map[string]string{sdk.BatchIndex: "--continuous-batching", sdk.CompCtxLengths: "--ccl"}
 
-// declareIO declares the graph inputs and outputs the Qualcomm toolchain
-// expects: ids (or, after the first window, the hidden state) and positions,
-// then each layer's caches; logits of the last valid token (or, before the
-// last window, the hidden state), then each cache's retained state.
-func (a *assembler) declareIO() {
-	tokens := []graph.Dim{{Param: "batch_size"}, {Param: "seq_len"}}
-	hidden := []graph.Dim{tokens[0], tokens[1], {Size: a.parts.plan.GetHiddenSize()}}
-	if a.span.IsFirst() {
-		a.b.Input(sdk.InputIDs, onnxpb.TensorProto_INT64, tokens...)
-	} else {
-		a.b.Input(windowHiddenIn, a.compute, hidden...)
+// declareIO declares the graph inputs and outputs window.ModelIO decides.
+func (a *assembler) declareIO() error {
+	io, err := window.ModelIO{Plan: a.parts.plan, Compute: a.compute, Serving: a.serving}.Of(a.span)
+	if err != nil {
+		return err
 	}
-	a.b.Input(sdk.PositionIDs, onnxpb.TensorProto_INT64, tokens...)
-	if a.span.IsLast() {
-		a.b.Output(sdk.Logits, onnxpb.TensorProto_FLOAT, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1}, graph.Dim{Size: a.parts.plan.GetVocabSize()})
-	} else {
-		a.b.Output(windowHiddenOut, a.compute, hidden...)
+	for _, v := range io.Inputs {
+		a.b.Input(v.Name, v.Type, v.Dims...)
 	}
-	for _, l := range a.layers() {
-		for _, c := range a.kinds[l.GetKind()].GetCaches() {
-			a.b.Input(cacheInput(c.GetName(), l.GetIndex()), a.compute, dims(c)...)
-		}
+	for _, v := range io.Outputs {
+		a.b.Output(v.Name, v.Type, v.Dims...)
 	}
-	if a.serving.ccl {
-		a.b.Input(sdk.CompCtxLengths, onnxpb.TensorProto_INT64, graph.Dim{Param: "comp_ctx_lengths"})
-	}
-	if a.serving.continuousBatching {
-		a.b.Input(sdk.BatchIndex, onnxpb.TensorProto_INT64, graph.Dim{Param: "batch_size"}, graph.Dim{Size: 1})
-	}
-	for _, l := range a.layers() {
-		for _, c := range a.kinds[l.GetKind()].GetCaches() {
-			a.b.Output(cacheInput(c.GetName(), l.GetIndex())+sdk.RetainedSuffix, a.compute, dims(c)...)
-		}
-	}
-}
-
-func dims(c *pb.CacheSpec) []graph.Dim {
-	out := make([]graph.Dim, len(c.GetShape()))
-	for i, d := range c.GetShape() {
-		out[i] = graph.Dim{Size: d.GetSize(), Param: d.GetParam()}
-	}
-	return out
+	return nil
 }
 
 // placeContext binds the context function's cache input to the first
@@ -237,7 +199,7 @@ func keepFormal(inputs map[string]string, resp *pb.BuildResponse) map[string]str
 // it, or calls it as a local function when it is a layer and subfunctions
 // are on.
 func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, inputs, outputs map[string]string) error {
-	for _, name := range a.serving.inputs() {
+	for _, name := range a.serving.Inputs() {
 		if slices.Contains(resp.GetFunction().GetInput(), name) {
 			inputs[name] = name
 			a.read[name] = true

@@ -52,6 +52,10 @@ type Options struct {
 	ContinuousBatching bool              // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
 	CCL                bool              // comp_ctx_lengths input: attention reads its length of cache rows
 
+	// Models are separate models to export beside model.onnx (names the
+	// plugin declares in its capabilities), each as <name>.onnx.
+	Models []string
+
 	Layerwise   bool // export windows of WindowSize layers, then stitch them
 	WindowSize  int  // layers per window (default 1)
 	KeepWindows bool // keep windows/ after stitching
@@ -80,6 +84,8 @@ type exporter struct {
 	compute dtype.DType
 	parts   parts
 	out     outDir
+	// separate are the separate models built, committed with model.onnx.
+	separate []separateModel
 }
 
 // Run exports ckpt with plugin p. Options and the plugin's answers are
@@ -94,6 +100,9 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
 		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
 	if e.parts, err = buildParts(ctx, p, ckpt, exportOpts, e.opts.Layerwise); err != nil {
+		return nil, err
+	}
+	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
 		return nil, err
 	}
 	if e.out, err = prepareOut(e.opts.Out); err != nil {
@@ -210,6 +219,19 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	if err != nil {
 		return 0, err
 	}
+	specs := []*weights.Spec{spec}
+	for _, s := range e.separate {
+		extra[s.file] = s.data
+		specs = append(specs, s.spec)
+		if err := s.table.Materialize(e.out.path(s.table.DataPath)); err != nil {
+			return 0, err
+		}
+	}
+	all, err := weights.Merge(specs)
+	if err != nil {
+		return 0, err
+	}
+	*spec = *all
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -226,7 +248,7 @@ func modelName(c *checkpoint.Checkpoint) string {
 
 func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) {
 	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions,
-		serving{continuousBatching: e.opts.ContinuousBatching, ccl: e.opts.CCL}, e.opts.Weights, dataPath)
+		window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}, e.opts.Weights, dataPath)
 	err := a.run()
 	if err == nil {
 		err = a.table.Layout()
@@ -306,8 +328,10 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 		}
 		return resp, err
 	}
-	if ps.embed, err = build(sdk.PartEmbed, "", nil); err != nil {
-		return parts{}, err
+	if !plan.GetInputsEmbeds() {
+		if ps.embed, err = build(sdk.PartEmbed, "", nil); err != nil {
+			return parts{}, err
+		}
 	}
 	if ps.context, err = build(sdk.PartContext, "", nil); err != nil {
 		return parts{}, err

@@ -240,7 +240,12 @@ func (e *exporter) stitch(spans []window.Span) (*onnxpb.ModelProto, *weights.Spe
 		}
 		models[i] = window.Model{Span: s, Proto: m}
 	}
-	stitched, spec, err := window.Stitch(models)
+	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
+		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
+	if err != nil {
+		return nil, nil, err
+	}
+	stitched, spec, err := window.Stitch(models, io)
 	if err != nil {
 		return nil, nil, fmt.Errorf("stitching windows: %w", err)
 	}

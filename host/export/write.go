@@ -42,7 +42,8 @@ func prepareOut(dir string) (outDir, error) {
 		return outDir{}, fmt.Errorf("output directory %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), atomic.TempPrefix) {
+		// <name>.onnx: a separate model an earlier export wrote.
+		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), atomic.TempPrefix) && !(e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".onnx")) {
 			return outDir{}, fmt.Errorf("output directory %s already holds %s, which no strata export wrote; "+
 				"choose an empty or new directory (strata overwrites only its own earlier exports)", dir, e.Name())
 		}

@@ -37,22 +37,31 @@ type Model struct {
 }
 
 // Stitch joins window models, in layer order, into the model a whole export
-// writes: each window's hidden-state output feeds the next window's input
-// under the whole export's name; the context values every window computes
-// are kept once; shared weights, casts and functions appear once; the
-// weight specs merge.
-func Stitch(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error) {
+// writes, with the graph inputs and outputs io of the whole model (from
+// ModelIO): each window's hidden-state output feeds the next window's
+// input under the whole export's name; the context values every window
+// computes are kept once; shared weights, casts and functions appear once;
+// the weight specs merge.
+func Stitch(ws []Model, io IO) (*onnxpb.ModelProto, *weights.Spec, error) {
 	if err := checkCover(ws); err != nil {
 		return nil, nil, err
 	}
 	s := &stitcher{b: graph.New(ws[0].Proto.GetGraph().GetName()), produced: map[string]*onnxpb.NodeProto{},
 		inputs: map[string]*onnxpb.ValueInfoProto{}, inits: map[string]*onnxpb.TensorProto{}}
-	for i, w := range ws {
-		if err := s.add(w, i == 0, i == len(ws)-1); err != nil {
+	for _, v := range io.Inputs {
+		s.inputs[v.Name] = v.Info()
+	}
+	for _, w := range ws {
+		if err := s.add(w); err != nil {
 			return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
 		}
 	}
-	s.declareIO()
+	for _, v := range io.Inputs {
+		s.b.InputInfo(v.Info())
+	}
+	for _, v := range io.Outputs {
+		s.b.OutputInfo(v.Info())
+	}
 	return s.finish(ws)
 }
 
@@ -77,22 +86,17 @@ func checkCover(ws []Model) error {
 type stitcher struct {
 	b        *graph.Builder
 	produced map[string]*onnxpb.NodeProto      // value -> node that computes it
-	inputs   map[string]*onnxpb.ValueInfoProto // graph inputs so far
+	inputs   map[string]*onnxpb.ValueInfoProto // the stitched model's graph inputs
 	inits    map[string]*onnxpb.TensorProto    // initializers so far
-	// Graph inputs in the whole export's order: those before the caches
-	// (ids, positions), every window's caches, those after (batch_index, ...).
-	leading, caches, trailing []*onnxpb.ValueInfoProto
-	retained                  []*onnxpb.ValueInfoProto // cache outputs, in order
-	logits                    *onnxpb.ValueInfoProto
 }
 
-func (s *stitcher) add(w Model, first, last bool) error {
+func (s *stitcher) add(w Model) error {
 	g := w.Proto.GetGraph()
 	rename := map[string]string{}
-	if !first {
+	if !w.Span.IsFirst() {
 		rename[BoundaryIn] = Boundary(w.Span.First - 1)
 	}
-	if !last {
+	if !w.Span.IsLast() {
 		rename[BoundaryOut] = Boundary(w.Span.Last)
 	}
 	for _, op := range w.Proto.GetOpsetImport() {
@@ -105,7 +109,6 @@ func (s *stitcher) add(w Model, first, last bool) error {
 			return err
 		}
 	}
-	s.addInputs(g, first)
 	if err := s.addInitializers(g); err != nil {
 		return err
 	}
@@ -114,44 +117,7 @@ func (s *stitcher) add(w Model, first, last bool) error {
 			return err
 		}
 	}
-	for _, o := range g.GetOutput() {
-		switch o.GetName() {
-		case sdk.Logits:
-			s.logits = o
-		case BoundaryOut:
-		default:
-			s.retained = append(s.retained, o)
-		}
-	}
 	return nil
-}
-
-// addInputs keeps every window's caches and, once, the inputs all windows
-// share (ids, positions, batch_index, ...); a later window's hidden-state
-// input is now an internal value.
-func (s *stitcher) addInputs(g *onnxpb.GraphProto, first bool) {
-	retained := map[string]bool{}
-	for _, o := range g.GetOutput() {
-		retained[o.GetName()] = true
-	}
-	afterCaches := false
-	for _, in := range g.GetInput() {
-		name := in.GetName()
-		cache := retained[name+sdk.RetainedSuffix]
-		afterCaches = afterCaches || cache
-		if _, seen := s.inputs[name]; seen || name == BoundaryIn && !first {
-			continue
-		}
-		s.inputs[name] = in
-		switch {
-		case cache:
-			s.caches = append(s.caches, in)
-		case afterCaches:
-			s.trailing = append(s.trailing, in)
-		default:
-			s.leading = append(s.leading, in)
-		}
-	}
 }
 
 // addInitializers adds each initializer once. Two windows may both hold a
@@ -226,23 +192,6 @@ func (s *stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
 		}
 	}
 	return proto.Equal(a, b)
-}
-
-// declareIO lists inputs and outputs as a whole export does: ids and
-// positions, every cache in layer order, the shared serving inputs; logits,
-// then every cache's retained state.
-func (s *stitcher) declareIO() {
-	for _, group := range [][]*onnxpb.ValueInfoProto{s.leading, s.caches, s.trailing} {
-		for _, in := range group {
-			s.b.InputInfo(in)
-		}
-	}
-	if s.logits != nil {
-		s.b.OutputInfo(s.logits)
-	}
-	for _, o := range s.retained {
-		s.b.OutputInfo(o)
-	}
 }
 
 // finish merges the windows' metadata: all must agree but on their span

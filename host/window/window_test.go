@@ -101,7 +101,7 @@ func TestStitchNeedsTiledWindows(t *testing.T) {
 	}
 	for name, ws := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := Stitch(ws); err == nil {
+			if _, _, err := Stitch(ws, IO{}); err == nil {
 				t.Error("stitched windows that do not tile the layers")
 			}
 		})

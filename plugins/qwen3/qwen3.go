@@ -1,0 +1,32 @@
+// Command strata-plugin-qwen3 exports Qwen3 dense checkpoints (model_type
+// qwen3). It is the walk-through of docs/plugins.md: a new architecture is
+// what differs from the common decoder, here q/k norms.
+package main
+
+import (
+	"fmt"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
+)
+
+func main() { sdk.Serve(plugin) }
+
+var plugin = decoder.Plugin{Name: "qwen3", Version: "0.1.0", Architectures: []decoder.Architecture{{
+	ModelType: "qwen3", HFArchitectures: []string{"Qwen3ForCausalLM"}, Name: "Qwen3", Load: load,
+}}}
+
+// load reads what Qwen3 adds to the common config and declares its one
+// layer kind: pre-norm attention with per-head q/k RMSNorm, and a SwiGLU MLP.
+func load(m *decoder.Model) error {
+	decoder.RequireSiLU(m.Reader, "qwen3")
+	bias := m.BoolOr("attention_bias", false)
+	if m.BoolOr("use_sliding_window", false) {
+		return fmt.Errorf("config.json: use_sliding_window is true; the qwen3 plugin exports full attention only")
+	}
+	m.Kind("decoder", "Qwen3DecoderLayer", func(l *decoder.Layer) error {
+		attention := &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true}
+		return l.PreNorm(attention, &decoder.SwiGLU{Width: m.Intermediate})
+	})
+	return nil
+}
