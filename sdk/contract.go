@@ -58,7 +58,7 @@ const (
 // Formal input and output names of part functions with a meaning to the host.
 // Any other formal input is a weight and must be bound.
 const (
-	InputIDs        = "input_ids"
+	InputIDs = "input_ids"
 	// InputsEmbeds [batch_size, seq_len, hidden] replaces input_ids when the
 	// plan asks for it (a vision model's embeddings merged by the caller).
 	InputsEmbeds    = "inputs_embeds"
