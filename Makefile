@@ -19,6 +19,7 @@ build:
 	$(GO) build -o bin/strata-headeronly ./cmd/strata-headeronly
 	$(GO) build -o bin/strata-transformcases ./internal/cmd/transformcases
 	$(GO) build -o bin/strata-routercases ./internal/cmd/routercases
+	$(GO) build -o bin/probe/strata-plugin-llama ./internal/probeplugin
 	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
 		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
 

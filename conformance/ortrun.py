@@ -32,13 +32,18 @@ def prefill_positions(lengths, width):
 
 
 def step(sess, input_ids, position_ids, caches):
-    if isinstance(sess, Windows):
+    if hasattr(sess, "step"):  # Windows, or another runner of several models
         return sess.step(input_ids, position_ids, caches)
     names = [o.name for o in sess.get_outputs()]
     feeds = {"input_ids": input_ids, "position_ids": position_ids, **caches}
     outs = dict(zip(names, sess.run(names, feeds)))
     retained = {k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")}
     return outs["logits"], retained
+
+
+def run_steps(sess, prompts, lengths, decode_tokens, ctx_len):
+    """run, for any object with get_inputs() and step()."""
+    return run(sess, prompts, lengths, decode_tokens, ctx_len)
 
 
 def run(sess, prompts, lengths, decode_tokens, ctx_len):

@@ -83,6 +83,9 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 	fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
 		res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "file"),
 		linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
+	for _, m := range res.SeparateModels {
+		fmt.Fprintf(c.App.Writer, "  %s (%s)\n", m.Path, human(int64(m.Bytes), "B"))
+	}
 	printWindows(c, res)
 	recordBytesRead(c, ckpt.BytesRead)
 	for _, n := range res.Notes {

@@ -87,7 +87,11 @@ func (a *assembler) run() error {
 	if a.span.IsLast() {
 		outputs := map[string]string{sdk.Logits: sdk.Logits}
 		for _, x := range a.parts.plan.GetExtraOutputs() {
-			outputs[x.GetName()] = x.GetName()
+			formal := x.GetPartOutput()
+			if formal == "" {
+				formal = x.GetName()
+			}
+			outputs[formal] = x.GetName()
 		}
 		if err := a.place(a.parts.final, sdk.NonLayer, "final",
 			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}, outputs); err != nil {

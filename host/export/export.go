@@ -73,6 +73,14 @@ type Result struct {
 	WindowsWritten, WindowsKept []string
 	// Notes are things the user should know that did not stop the export.
 	Notes []string
+	// SeparateModels are the paths and sizes of the separate models written.
+	SeparateModels []SeparateFile
+}
+
+// SeparateFile is one separate model written beside model.onnx.
+type SeparateFile struct {
+	Path  string
+	Bytes int
 }
 
 // exporter carries one export's inputs.
@@ -275,10 +283,14 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 }
 
 func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
-	return &Result{
+	res := &Result{
 		ModelPath: e.out.path(ModelFile), SpecPath: e.out.path(SpecFile), ModelBytes: modelBytes,
 		Plan: e.parts.plan, Spec: spec, Parameters: parameters(e.ckpt, spec),
 	}
+	for _, s := range e.separate {
+		res.SeparateModels = append(res.SeparateModels, SeparateFile{Path: e.out.path(s.file), Bytes: len(s.data)})
+	}
+	return res
 }
 
 // Inventory lists every tensor's key, dtype and shape for the plugin.

@@ -96,6 +96,9 @@ func (m ModelIO) Of(s Span) (IO, error) {
 			if err != nil {
 				return IO{}, fmt.Errorf("extra output: %w", err)
 			}
+			if !s.IsFirst() && v.Name == BoundaryIn {
+				return IO{}, fmt.Errorf("the plan's extra output %s has the name of a window's hidden-state input: export this model whole, or with one window", v.Name)
+			}
 			io.Outputs = append(io.Outputs, v)
 		}
 	} else {

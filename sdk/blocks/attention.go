@@ -34,6 +34,17 @@ func CausalMask(f *fn.Func, positionIDs, slots fn.Value) fn.Value {
 	return f.Unsqueeze(masked, 1)
 }
 
+// SlidingWindowMask is CausalMask restricted to the window keys before
+// each query, itself included: slot j is masked for the query at position
+// p when j > p or j ≤ p - window (transformers' sliding_window: a query
+// sees the last window keys).
+func SlidingWindowMask(f *fn.Func, positionIDs, slots fn.Value, window int) fn.Value {
+	pos := f.Unsqueeze(positionIDs, -1) // [B,S,1]
+	late := f.Greater(slots, pos)
+	inWindow := f.Greater(slots, f.Sub(pos, f.Int(int64(window))))
+	return f.Unsqueeze(f.Op("Or", []fn.Value{late, f.Op("Not", []fn.Value{inWindow})}), 1)
+}
+
 // CacheReadIndices are the cache rows each batch row reads, [B,1,C] int64,
 // and which of them lie past the row's last position, [B,1,C,1] bool. Rows
 // past it read slot 0 (never out of range) and their values are zeroed.

@@ -94,6 +94,11 @@ func (p Plugin) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, 
 	for _, v := range m.context {
 		plan.ContextOutputs = append(plan.ContextOutputs, v.Name)
 	}
+	plan.InputsEmbeds = m.InputsEmbeds
+	if m.OutputHidden {
+		plan.ExtraOutputs = append(plan.ExtraOutputs, &pb.IOSpec{Name: sdk.HiddenStates, Dtype: "compute", PartOutput: finalHidden,
+			Shape: []*pb.Dim{DimParam("batch_size"), DimParam("seq_len"), DimSize(m.Hidden)}})
+	}
 	for _, k := range m.kinds {
 		plan.Kinds = append(plan.Kinds, &pb.LayerKind{Name: k.Name, Caches: k.caches(m)})
 	}
@@ -127,7 +132,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
-		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight()), nil
+		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
 		if !ok {

@@ -33,6 +33,12 @@ type Model struct {
 	KindOf func(i int) string
 	// MTP is what the architecture found of multi-token-prediction layers.
 	MTP *pb.MTPLayout
+	// InputsEmbeds: the model takes inputs_embeds instead of input_ids (no
+	// embed part; the caller embeds, e.g. merging vision embeddings).
+	InputsEmbeds bool
+	// OutputHidden: the model also returns hidden_states [batch, seq, hidden],
+	// the final norm's output at every position (what an MTP draft reads).
+	OutputHidden bool
 
 	arch          Architecture
 	kinds         []*Kind

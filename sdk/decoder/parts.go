@@ -53,6 +53,14 @@ type ContextValue struct {
 	Compute func(c *Context) fn.Value
 }
 
+// SlidingWindow is a context value name's sliding-window mask: a query
+// sees itself and the window-1 keys before it.
+func SlidingWindow(name string, window int) ContextValue {
+	return ContextValue{Name: name, Compute: func(c *Context) fn.Value {
+		return blocks.SlidingWindowMask(c.Func, c.PositionIDs, c.Slots, window)
+	}}
+}
+
 // embedPart looks input_ids up in the embedding tensor.
 func embedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
@@ -100,15 +108,27 @@ func layerInputs(f *fn.Func, opts *pb.ExportOptions) (hidden fn.Value, c blocks.
 	return hidden, c
 }
 
+// finalHidden is the final part's formal output for OutputHidden.
+const finalHidden = "hidden_states_normed"
+
 // finalPart picks each row's last valid token, norms it, and projects it
-// to float32 logits.
-func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr) *pb.BuildResponse {
+// to float32 logits. With allHidden it norms every position and also
+// returns them as hidden_states (the norm is per token, so the logits are
+// the same).
+func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
 	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")
-	last := blocks.LastValidToken(f, hidden, pos)
-	logits := blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), blocks.RMSNorm(f.Scope("norm"), last, normW, eps))
-	f.Output(sdk.Logits, f.CastTo(logits, dt, fn.Float32))
+	var normed fn.Value
+	if allHidden {
+		all := blocks.RMSNorm(f.Scope("norm"), hidden, normW, eps)
+		normed = blocks.LastValidToken(f, all, pos)
+		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
+		f.Output(finalHidden, all)
+	} else {
+		normed = blocks.RMSNorm(f.Scope("norm"), blocks.LastValidToken(f, hidden, pos), normW, eps)
+		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
+	}
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{
 		weight.Bind("norm.weight", norm), weight.Bind("lm_head.weight", head)}})
 }

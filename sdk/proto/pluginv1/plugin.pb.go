@@ -875,8 +875,12 @@ type IOSpec struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// "compute" (the export's compute dtype), or an ONNX type name: float32,
 	// float16, int64, ...
-	Dtype         string `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
-	Shape         []*Dim `protobuf:"bytes,3,rep,name=shape,proto3" json:"shape,omitempty"`
+	Dtype string `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Shape []*Dim `protobuf:"bytes,3,rep,name=shape,proto3" json:"shape,omitempty"`
+	// For the plan's extra_outputs: the final part's formal output that
+	// becomes this graph output, when its name differs (a function's output
+	// cannot share the name of its hidden_states input).
+	PartOutput    string `protobuf:"bytes,4,opt,name=part_output,json=partOutput,proto3" json:"part_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -930,6 +934,13 @@ func (x *IOSpec) GetShape() []*Dim {
 		return x.Shape
 	}
 	return nil
+}
+
+func (x *IOSpec) GetPartOutput() string {
+	if x != nil {
+		return x.PartOutput
+	}
+	return ""
 }
 
 // Where a checkpoint keeps its multi-token-prediction (MTP) weights.
@@ -1793,11 +1804,13 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rextra_outputs\x18\t \x03(\v2\x18.strata.plugin.v1.IOSpecR\fextraOutputs\x12-\n" +
 	"\x03mtp\x18\n" +
 	" \x01(\v2\x1b.strata.plugin.v1.MTPLayoutR\x03mtp\x123\n" +
-	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\"_\n" +
+	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\"\x80\x01\n" +
 	"\x06IOSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12+\n" +
-	"\x05shape\x18\x03 \x03(\v2\x15.strata.plugin.v1.DimR\x05shape\"W\n" +
+	"\x05shape\x18\x03 \x03(\v2\x15.strata.plugin.v1.DimR\x05shape\x12\x1f\n" +
+	"\vpart_output\x18\x04 \x01(\tR\n" +
+	"partOutput\"W\n" +
 	"\tMTPLayout\x12\x1e\n" +
 	"\n" +
 	"convention\x18\x01 \x01(\tR\n" +
