@@ -1,0 +1,360 @@
+package refeval_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/strata-llm/strata/sdk/build"
+	"github.com/strata-llm/strata/sdk/refeval"
+)
+
+// End-to-end: the SDK's blocks run through the evaluator and are compared
+// with the same math written as plain loops in float64.
+
+func randoms(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func run(t *testing.T, f *build.Func, in map[string]refeval.Tensor) map[string]refeval.Tensor {
+	t.Helper()
+	out, err := refeval.Run(f.Proto(), f.Dependencies(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func closeTo(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	worst := 0.0
+	for i := range got {
+		d := math.Abs(float64(got[i])-want[i]) / math.Max(1, math.Abs(want[i]))
+		if !(d <= tol) {
+			t.Errorf("%s[%d] = %g, want %g", what, i, got[i], want[i])
+		}
+		worst = math.Max(worst, d)
+	}
+	t.Logf("%s: max error %.2g", what, worst)
+}
+
+func rmsNorm(x []float64, w []float32, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	r := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(w[i]) * v * r
+	}
+	return out
+}
+
+func TestRMSNormBlock(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x, w := randoms(r, 2*3*8), randoms(r, 8)
+	f := build.NewFunc("test", "Norm", build.Float32)
+	f.Output("y", build.RMSNorm(f, f.Input("x"), f.Input("w"), 1e-5))
+	got := run(t, f, map[string]refeval.Tensor{"x": refeval.Floats([]int64{2, 3, 8}, x...), "w": refeval.Floats([]int64{8}, w...)})["y"]
+	var want []float64
+	for row := range 6 {
+		xs := make([]float64, 8)
+		for i := range xs {
+			xs[i] = float64(x[row*8+i])
+		}
+		want = append(want, rmsNorm(xs, w, 1e-5)...)
+	}
+	closeTo(t, "rmsnorm", got.F, want, 1e-6)
+}
+
+// linear is x [n,in] · W[out,in]ᵀ + b.
+func linear(x []float64, n int, w []float32, out int, b []float32) []float64 {
+	in := len(x) / n
+	y := make([]float64, n*out)
+	for t := range n {
+		for o := range out {
+			var s float64
+			for i := range in {
+				s += x[t*in+i] * float64(w[o*in+i])
+			}
+			if b != nil {
+				s += float64(b[o])
+			}
+			y[t*out+o] = s
+		}
+	}
+	return y
+}
+
+func f64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// TestAttentionBlock: GQA attention with Qwen3-style q/k norms, biased
+// projections and RoPE over a zero KV cache, two batch rows, the second
+// with a padding query (position -1).
+func TestAttentionBlock(t *testing.T) {
+	const (
+		B, S, C, H  = 2, 3, 5, 8
+		nH, nKV, hd = 4, 2, 4
+		eps         = 1e-6
+	)
+	r := rand.New(rand.NewPCG(3, 4))
+	x := randoms(r, B*S*H)
+	wq, wk, wv, wo := randoms(r, nH*hd*H), randoms(r, nKV*hd*H), randoms(r, nKV*hd*H), randoms(r, H*nH*hd)
+	bq := randoms(r, nH*hd)
+	qn, kn := randoms(r, hd), randoms(r, hd)
+	pos := []int64{0, 1, 2, 0, 1, -1}
+	rope := build.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
+
+	f := build.NewFunc("test", "Attn", build.Float32)
+	xin, pin := f.Input("x"), f.Input("position_ids")
+	c := build.AttentionContext{PositionIDs: pin, PastKey: f.Input("past_key"), PastValue: f.Input("past_value")}
+	a := build.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps,
+		Q: build.LinearInputs(f, "q", true), K: build.LinearInputs(f, "k", false),
+		V: build.LinearInputs(f, "v", false), O: build.LinearInputs(f, "o", false),
+		QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm")}
+	slots := build.CacheSlots(f, c.PastKey, "")
+	c.Mask = build.CausalMask(f, pin, slots)
+	c.ReadIndices, c.Invalid = build.CacheReadIndices(f, pin, slots)
+	c.Cos, c.Sin = rope.Tables(f, pin)
+	out, pk, _ := a.Apply(f, xin, c)
+	f.Output("out", out)
+	f.Output("present_key", pk)
+
+	cache := make([]float32, B*nKV*C*hd)
+	res := run(t, f, map[string]refeval.Tensor{
+		"x": refeval.Floats([]int64{B, S, H}, x...), "position_ids": refeval.Ints([]int64{B, S}, pos...),
+		"past_key": refeval.Floats([]int64{B, nKV, C, hd}, cache...), "past_value": refeval.Floats([]int64{B, nKV, C, hd}, cache...),
+		"q.weight": refeval.Floats([]int64{nH * hd, H}, wq...), "q.bias": refeval.Floats([]int64{nH * hd}, bq...),
+		"k.weight": refeval.Floats([]int64{nKV * hd, H}, wk...), "v.weight": refeval.Floats([]int64{nKV * hd, H}, wv...),
+		"o.weight": refeval.Floats([]int64{H, nH * hd}, wo...),
+		"q_norm": refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
+	})
+
+	// The same in loops.
+	q := linear(f64(x), B*S, wq, nH*hd, bq)
+	k := linear(f64(x), B*S, wk, nKV*hd, nil)
+	v := linear(f64(x), B*S, wv, nKV*hd, nil)
+	normRope := func(vec []float64, w []float32, p int64) []float64 {
+		y := rmsNorm(vec, w, eps)
+		out := make([]float64, hd)
+		for i := range hd / 2 {
+			ang := float64(p) * math.Pow(10000, -float64(2*i)/hd)
+			c, s := math.Cos(ang), math.Sin(ang)
+			out[i] = y[i]*c - y[i+hd/2]*s
+			out[i+hd/2] = y[i+hd/2]*c + y[i]*s
+		}
+		return out
+	}
+	want := []float64{}
+	wantKey := make([]float64, B*nKV*C*hd)
+	for b := range B {
+		// keys and values by cache slot (= position)
+		keys := map[int64][][]float64{}
+		vals := map[int64][][]float64{}
+		for s := range S {
+			p := pos[b*S+s]
+			if p < 0 {
+				continue
+			}
+			for g := range nKV {
+				off := (b*S+s)*nKV*hd + g*hd
+				kr := normRope(k[off:off+hd], kn, p)
+				keys[p] = append(keys[p], kr)
+				vals[p] = append(vals[p], v[off:off+hd])
+				copy(wantKey[((b*nKV+g)*C+int(p))*hd:], kr)
+			}
+		}
+		for s := range S {
+			p := pos[b*S+s]
+			ctx := make([]float64, nH*hd)
+			for h := range nH {
+				g := h / (nH / nKV)
+				qh := normRope(q[(b*S+s)*nH*hd+h*hd:(b*S+s)*nH*hd+(h+1)*hd], qn, p)
+				var scores []float64
+				m := math.Inf(-1)
+				for j := int64(0); j <= p; j++ {
+					var dot float64
+					for i := range hd {
+						dot += qh[i] * keys[j][g][i]
+					}
+					scores = append(scores, dot/math.Sqrt(hd))
+					m = math.Max(m, dot/math.Sqrt(hd))
+				}
+				var z float64
+				for j := range scores {
+					scores[j] = math.Exp(scores[j] - m)
+					z += scores[j]
+				}
+				for j := range scores {
+					for i := range hd {
+						ctx[h*hd+i] += scores[j] / z * vals[int64(j)][g][i]
+					}
+				}
+			}
+			o := linear(ctx, 1, wo, H, nil)
+			if p < 0 {
+				o = nil // a padding query's output is unspecified
+			}
+			want = append(want, o...)
+		}
+	}
+	got := res["out"].F
+	valid := []float32{}
+	for i, p := range pos {
+		if p >= 0 {
+			valid = append(valid, got[i*H:(i+1)*H]...)
+		}
+	}
+	closeTo(t, "attention", valid, want, 1e-5)
+	// The padding query wrote its key to the last slot, which stays masked;
+	// compare the slots of valid positions only.
+	var gotKeys []float32
+	var wantKeys []float64
+	for b := range B {
+		for g := range nKV {
+			for slot := range C {
+				if slot == C-1 && b == 1 {
+					continue
+				}
+				base := ((b*nKV+g)*C + slot) * hd
+				gotKeys = append(gotKeys, res["present_key"].F[base:base+hd]...)
+				wantKeys = append(wantKeys, wantKey[base:base+hd]...)
+			}
+		}
+	}
+	closeTo(t, "present_key", gotKeys, wantKeys, 1e-5)
+}
+
+func TestRouterBlocks(t *testing.T) {
+	const T, H, E, k = 3, 4, 6, 2
+	r := rand.New(rand.NewPCG(5, 6))
+	x, w, bias, corr := randoms(r, T*H), randoms(r, E*H), randoms(r, E), randoms(r, E)
+	logits := linear(f64(x), T, w, E, nil)
+	biased := linear(f64(x), T, w, E, bias)
+
+	// topk returns the indices of the k largest of v, lower index first on ties.
+	topk := func(v []float64, k int) []int {
+		var idx []int
+		used := make([]bool, len(v))
+		for range k {
+			best := -1
+			for i := range v {
+				if !used[i] && (best < 0 || v[i] > v[best]) {
+					best = i
+				}
+			}
+			used[best] = true
+			idx = append(idx, best)
+		}
+		return idx
+	}
+	softmax := func(v []float64) []float64 {
+		m := math.Inf(-1)
+		for _, x := range v {
+			m = math.Max(m, x)
+		}
+		var z float64
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = math.Exp(x - m)
+			z += out[i]
+		}
+		for i := range out {
+			out[i] /= z
+		}
+		return out
+	}
+	sigmoid := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+	cases := map[string]struct {
+		router build.Router
+		want   func(tok int) ([]float64, []int)
+	}{
+		"softmax_topk normalized": {build.Router{Kind: build.SoftmaxTopK, Experts: E, TopK: k, Normalize: true},
+			func(tok int) ([]float64, []int) {
+				p := softmax(logits[tok*E : (tok+1)*E])
+				idx := topk(p, k)
+				s := p[idx[0]] + p[idx[1]]
+				return []float64{p[idx[0]] / s, p[idx[1]] / s}, idx
+			}},
+		"topk_softmax with bias (gpt-oss)": {build.Router{Kind: build.TopKSoftmax, Experts: E, TopK: k},
+			func(tok int) ([]float64, []int) {
+				l := biased[tok*E : (tok+1)*E]
+				idx := topk(l, k)
+				return softmax([]float64{l[idx[0]], l[idx[1]]}), idx
+			}},
+		"sigmoid_grouped (GLM)": {build.Router{Kind: build.SigmoidGrouped, Experts: E, TopK: k, Normalize: true, Groups: 3, TopKGroups: 2, Scale: 2.5},
+			func(tok int) ([]float64, []int) {
+				scores := make([]float64, E)
+				choice := make([]float64, E)
+				for e := range E {
+					scores[e] = sigmoid(logits[tok*E+e])
+					choice[e] = scores[e] + float64(corr[e])
+				}
+				groupScore := make([]float64, 3)
+				for g := range 3 { // two experts per group: both are its top 2
+					groupScore[g] = choice[2*g] + choice[2*g+1]
+				}
+				keep := topk(groupScore, 2)
+				masked := make([]float64, E)
+				for e := range masked {
+					masked[e] = math.Inf(-1)
+				}
+				for _, g := range keep {
+					masked[2*g], masked[2*g+1] = choice[2*g], choice[2*g+1]
+				}
+				idx := topk(masked, k)
+				s := scores[idx[0]] + scores[idx[1]] + 1e-20
+				return []float64{2.5 * scores[idx[0]] / s, 2.5 * scores[idx[1]] / s}, idx
+			}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := build.NewFunc("test", "Router", build.Float32)
+			xin := f.Input("x")
+			rt := tc.router
+			rt.Weight = f.Input("w")
+			in := map[string]refeval.Tensor{"x": refeval.Floats([]int64{T, H}, x...), "w": refeval.Floats([]int64{E, H}, w...)}
+			if rt.Kind == build.TopKSoftmax {
+				rt.Bias = f.Input("b")
+				in["b"] = refeval.Floats([]int64{E}, bias...)
+			}
+			if rt.Kind == build.SigmoidGrouped {
+				rt.CorrectionBias = f.Input("corr")
+				in["corr"] = refeval.Floats([]int64{E}, corr...)
+			}
+			weights, indices, err := rt.Route(f, xin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Output("weights", weights)
+			f.Output("indices", indices)
+			res := run(t, f, in)
+			var wantW []float64
+			for tok := range T {
+				ww, wi := tc.want(tok)
+				wantW = append(wantW, ww...)
+				for j := range k {
+					if got := res["indices"].I[tok*k+j]; got != int64(wi[j]) {
+						t.Errorf("token %d choice %d: expert %d, want %d", tok, j, got, wi[j])
+					}
+				}
+			}
+			closeTo(t, "weights", res["weights"].F, wantW, 1e-6)
+		})
+	}
+}
