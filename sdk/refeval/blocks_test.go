@@ -141,7 +141,7 @@ func TestAttentionBlock(t *testing.T) {
 		"q.weight": refeval.Floats([]int64{nH * hd, H}, wq...), "q.bias": refeval.Floats([]int64{nH * hd}, bq...),
 		"k.weight": refeval.Floats([]int64{nKV * hd, H}, wk...), "v.weight": refeval.Floats([]int64{nKV * hd, H}, wv...),
 		"o.weight": refeval.Floats([]int64{H, nH * hd}, wo...),
-		"q_norm": refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
+		"q_norm":   refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
 	})
 
 	// The same in loops.
