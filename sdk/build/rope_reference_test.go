@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/sdk/hf"
@@ -27,6 +29,7 @@ type ropeReference struct {
 	MRoPE struct {
 		Config      json.RawMessage `json:"config"`
 		HeadDim     int             `json:"head_dim"`
+		InvFreqBits []int32         `json:"inv_freq_bits"`
 		PositionIDs [][][]int64     `json:"position_ids"` // [3][B][S]
 		Cos, Sin    []float64
 	} `json:"mrope"`
@@ -154,7 +157,8 @@ func TestYarnMatchesTransformers(t *testing.T) {
 			width := len(tc.Cos) / len(tc.Positions)
 			// 1e-6, plus what an ulp of inv_freq moves the angle by.
 			tol := func(i int) float64 {
-				return 1e-6 + float64(tc.Positions[i/width])*dInv[i%width%len(dInv)]*r.AttentionScaling
+				j := i % width % len(dInv)
+				return angleTolerance(float64(tc.Positions[i/width]), inv[j], dInv[j], r.AttentionScaling)
 			}
 			worst, worstExact := 0.0, 0.0
 			for _, table := range []struct {
@@ -182,6 +186,17 @@ func TestYarnMatchesTransformers(t *testing.T) {
 	}
 }
 
+// angleTolerance bounds how far cos or sin may move when inv_freq is off
+// by dInv at position p: the exact angles differ by p·dInv, and each is
+// rounded to float32 (half an ulp each), times the attention scaling.
+func angleTolerance(p float64, inv float32, dInv, scaling float64) float64 {
+	if dInv == 0 {
+		return 1e-6
+	}
+	a := float32(p) * inv
+	return 1e-6 + (p*dInv+float64(math.Nextafter32(a, float32(math.Inf(1)))-a))*scaling
+}
+
 // firstHalves takes the first half of each row of width dim, checking the
 // second half repeats it (emb = concat(freqs, freqs)).
 func firstHalves(t *testing.T, v []float32, dim int) []float32 {
@@ -196,4 +211,85 @@ func firstHalves(t *testing.T, v []float32, dim int) []float32 {
 		out = append(out, v[row:row+dim/2]...)
 	}
 	return out
+}
+
+func TestMRoPEMatchesTransformers(t *testing.T) {
+	ref := loadRopeReference(t).MRoPE
+	cfg, err := hf.Parse(ref.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RoPEFromConfig(cfg, ref.HeadDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.MRoPESection) != 3 || r.MRoPESection[0] != 24 || r.MRoPESection[1] != 20 || r.MRoPESection[2] != 20 {
+		t.Fatalf("mrope section %v, want [24 20 20]", r.MRoPESection)
+	}
+	rows := ref.PositionIDs
+	S := len(rows[0][0])
+	var pos []int64
+	for _, row := range rows {
+		pos = append(pos, row[0]...)
+	}
+	cos, sin := ropeTables(t, r, []int64{3, 1, int64(S)}, pos)
+	if want := []int64{1, 1, int64(S), int64(r.Dim)}; !slices.Equal(cos.Shape, want) {
+		t.Fatalf("cos shape %v, want %v", cos.Shape, want)
+	}
+	// As for yarn: an ulp of difference in inv_freq (torch's pow) moves
+	// the angle by position × ulp.
+	inv := r.InvFreq()
+	exact := 0
+	for i, f := range inv {
+		d := math.Abs(float64(f) - float64(math.Float32frombits(uint32(ref.InvFreqBits[i]))))
+		if d == 0 {
+			exact++
+		} else if d > 2*float64(math.Nextafter32(f, 2)-f) {
+			t.Errorf("inv_freq[%d] = %g, transformers %g", i, f, math.Float32frombits(uint32(ref.InvFreqBits[i])))
+		}
+	}
+	half := r.Dim / 2
+	worst, worstExact := 0.0, 0.0
+	for _, table := range []struct {
+		name string
+		got  []float32
+		want []float64
+	}{{"cos", cos.F, ref.Cos}, {"sin", sin.F, ref.Sin}} {
+		for i, g := range table.got {
+			s, j := i/r.Dim, i%r.Dim%half
+			p := float64(rows[r.mropeRow(j)][0][s])
+			dInv := math.Abs(float64(inv[j]) - float64(math.Float32frombits(uint32(ref.InvFreqBits[j]))))
+			d := math.Abs(float64(g) - table.want[i])
+			if d > angleTolerance(p, inv[j], dInv, 1) {
+				t.Errorf("%s[s=%d, j=%d] = %g, transformers %g", table.name, s, i%r.Dim, g, table.want[i])
+			}
+			worst = max(worst, d)
+			if dInv == 0 {
+				worstExact = max(worstExact, d)
+			}
+		}
+	}
+	t.Logf("inv_freq %d/%d bit-exact; cos/sin max error %.2g (%.2g where inv_freq is bit-exact)", exact, len(inv), worst, worstExact)
+}
+
+// Text only, the three rows are equal and Tables3 is Tables.
+func TestMRoPETextOnlyIsPlainRoPE(t *testing.T) {
+	r := RoPE{Type: "default", Base: 5e6, Dim: 128, MRoPESection: []int{24, 20, 20}, AttentionScaling: 1}
+	pos := []int64{0, 1, 2, 3, 4, 5, 6, 7, 1000, 9, -1, 262143}
+	cos, sin := ropeTables(t, r, []int64{2, 6}, pos)
+	cos3, sin3 := ropeTables(t, r, []int64{3, 2, 6}, slices.Concat(pos, pos, pos))
+	if !slices.Equal(cos.Shape, cos3.Shape) || !slices.Equal(cos.F, cos3.F) || !slices.Equal(sin.F, sin3.F) {
+		t.Error("Tables3 on equal rows differs from Tables")
+	}
+}
+
+func TestMRoPERowsInterleave(t *testing.T) {
+	r := RoPE{Dim: 128, MRoPESection: []int{24, 20, 20}}
+	var got []byte
+	for j := range r.Dim / 2 {
+		got = append(got, "THW"[r.mropeRow(j)])
+	}
+	if want := strings.Repeat("THW", 20) + "TTTT"; string(got) != want {
+		t.Errorf("rows %s, want %s", got, want)
+	}
 }

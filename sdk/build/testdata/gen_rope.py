@@ -109,7 +109,8 @@ def mrope():
     pos = torch.tensor([[t], [h], [w]])  # [3, B=1, S]
     x = torch.zeros(1, len(t), 128)
     cos, sin = rope(x, pos)
-    return {"config": text, "head_dim": 128, "position_ids": [[t], [h], [w]], "cos": floats(cos[0]),
+    return {"config": text, "head_dim": 128, "inv_freq_bits": bits(rope.inv_freq), "position_ids": [[t], [h], [w]],
+            "cos": floats(cos[0]),
             "sin": floats(sin[0])}
 
 
