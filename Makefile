@@ -65,6 +65,11 @@ $(TESTENV)/.installed: conformance/requirements-test.txt
 fixtures: $(GENENV)/.installed
 	cd conformance && ../$(GENENV)/bin/python generate.py
 
+# Regenerate the SDK's transformers reference values (sdk/build/testdata).
+.PHONY: sdk-fixtures
+sdk-fixtures: $(GENENV)/.installed
+	$(GENENV)/bin/python sdk/build/testdata/gen_rope.py
+
 $(GENENV)/.installed: conformance/requirements-gen.txt
 	$(PYTHON) -m venv $(GENENV)
 	$(GENENV)/bin/pip install -q --disable-pip-version-check -r $<

@@ -6,8 +6,8 @@ tables for several configs, Qwen3-VL interleaved MRoPE cos/sin for 3-row
 position ids, and gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate) in
 float32 and float16. The Go tests read the JSON; they never run Python.
 
-Run from the repository root with the fixtures environment (make fixtures
-creates it; see conformance/requirements-gen.txt):
+Run from the repository root with `make sdk-fixtures`, or directly with the
+fixtures environment (conformance/requirements-gen.txt, in .venv/gen):
 
     .venv/gen/bin/python sdk/build/testdata/gen_rope.py
 """
