@@ -123,13 +123,10 @@ func TestClampedSwiGLUConfigErrors(t *testing.T) {
 		`{"swiglu_limit": 0}`:     "swiglu_limit must be a finite number > 0, got 0",
 		`{"swiglu_limit": -7}`:    "swiglu_limit must be a finite number > 0, got -7",
 		`{"swiglu_alpha": "x"}`:   `"swiglu_alpha" must be`,
-		`{"swiglu_limit": 1e999}`: "swiglu_limit",
+		`{"swiglu_limit": 1e999}`: `"swiglu_limit" must be a number`, // out of float64 range
 	} {
 		cfg, err := hf.Parse([]byte(config))
 		if err != nil {
-			if strings.Contains(config, "1e999") {
-				continue // not representable: the JSON decoder already refuses it
-			}
 			t.Fatal(err)
 		}
 		if _, err := ClampedSwiGLUFromConfig(cfg); err == nil || !strings.Contains(err.Error(), want) {
