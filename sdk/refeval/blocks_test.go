@@ -102,141 +102,169 @@ func f64(v []float32) []float64 {
 	return out
 }
 
-// TestAttentionBlock: GQA attention with Qwen3-style q/k norms, biased
-// projections and RoPE over a zero KV cache, two batch rows, the second
-// with a padding query (position -1).
+// TestAttentionBlock: GQA attention with Qwen3-style q/k norms, a biased q
+// projection and RoPE over the retained KV cache, against loops: prefill
+// (a padding query at position -1 in row 1), decode over a cache whose
+// slots past each row's position hold garbage that must not be read, and
+// continuous batching (rows scattered into cache rows by batch_index).
 func TestAttentionBlock(t *testing.T) {
 	const (
-		B, S, C, H  = 2, 3, 5, 8
+		C, H        = 5, 8
 		nH, nKV, hd = 4, 2, 4
 		eps         = 1e-6
 	)
-	r := rand.New(rand.NewPCG(3, 4))
-	x := randoms(r, B*S*H)
-	wq, wk, wv, wo := randoms(r, nH*hd*H), randoms(r, nKV*hd*H), randoms(r, nKV*hd*H), randoms(r, H*nH*hd)
-	bq := randoms(r, nH*hd)
-	qn, kn := randoms(r, hd), randoms(r, hd)
-	pos := []int64{0, 1, 2, 0, 1, -1}
-	rope := build.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
-
-	f := build.NewFunc("test", "Attn", build.Float32)
-	xin, pin := f.Input("x"), f.Input("position_ids")
-	c := build.AttentionContext{PositionIDs: pin, PastKey: f.Input("past_key"), PastValue: f.Input("past_value")}
-	a := build.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps,
-		Q: build.LinearInputs(f, "q", true), K: build.LinearInputs(f, "k", false),
-		V: build.LinearInputs(f, "v", false), O: build.LinearInputs(f, "o", false),
-		QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm")}
-	slots := build.CacheSlots(f, c.PastKey, "")
-	c.Mask = build.CausalMask(f, pin, slots)
-	c.ReadIndices, c.Invalid = build.CacheReadIndices(f, pin, slots)
-	c.Cos, c.Sin = rope.Tables(f, pin)
-	out, pk, _ := a.Apply(f, xin, c)
-	f.Output("out", out)
-	f.Output("present_key", pk)
-
-	cache := make([]float32, B*nKV*C*hd)
-	res := run(t, f, map[string]refeval.Tensor{
-		"x": refeval.Floats([]int64{B, S, H}, x...), "position_ids": refeval.Ints([]int64{B, S}, pos...),
-		"past_key": refeval.Floats([]int64{B, nKV, C, hd}, cache...), "past_value": refeval.Floats([]int64{B, nKV, C, hd}, cache...),
-		"q.weight": refeval.Floats([]int64{nH * hd, H}, wq...), "q.bias": refeval.Floats([]int64{nH * hd}, bq...),
-		"k.weight": refeval.Floats([]int64{nKV * hd, H}, wk...), "v.weight": refeval.Floats([]int64{nKV * hd, H}, wv...),
-		"o.weight": refeval.Floats([]int64{H, nH * hd}, wo...),
-		"q_norm":   refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
-	})
-
-	// The same in loops.
-	q := linear(f64(x), B*S, wq, nH*hd, bq)
-	k := linear(f64(x), B*S, wk, nKV*hd, nil)
-	v := linear(f64(x), B*S, wv, nKV*hd, nil)
-	normRope := func(vec []float64, w []float32, p int64) []float64 {
-		y := rmsNorm(vec, w, eps)
-		out := make([]float64, hd)
-		for i := range hd / 2 {
-			ang := float64(p) * math.Pow(10000, -float64(2*i)/hd)
-			c, s := math.Cos(ang), math.Sin(ang)
-			out[i] = y[i]*c - y[i+hd/2]*s
-			out[i+hd/2] = y[i+hd/2]*c + y[i]*s
-		}
-		return out
+	cases := []struct {
+		name       string
+		S          int
+		pos        []int64 // [B,S]
+		rows       int     // cache rows
+		batchIndex []int64 // cache row of each batch row, or nil
+	}{
+		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil},
+		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil},
+		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}},
 	}
-	want := []float64{}
-	wantKey := make([]float64, B*nKV*C*hd)
-	for b := range B {
-		// keys and values by cache slot (= position)
-		keys := map[int64][][]float64{}
-		vals := map[int64][][]float64{}
-		for s := range S {
-			p := pos[b*S+s]
-			if p < 0 {
-				continue
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			B, S := len(tc.pos)/tc.S, tc.S
+			r := rand.New(rand.NewPCG(3, 4))
+			x := randoms(r, B*S*H)
+			wq, wk, wv, wo := randoms(r, nH*hd*H), randoms(r, nKV*hd*H), randoms(r, nKV*hd*H), randoms(r, H*nH*hd)
+			bq := randoms(r, nH*hd)
+			qn, kn := randoms(r, hd), randoms(r, hd)
+			pastK, pastV := randoms(r, tc.rows*nKV*C*hd), randoms(r, tc.rows*nKV*C*hd)
+			rope := build.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
+
+			f := build.NewFunc("test", "Attn", build.Float32)
+			xin, pin := f.Input("x"), f.Input("position_ids")
+			c := build.AttentionContext{PositionIDs: pin, PastKey: f.Input("past_key"), PastValue: f.Input("past_value")}
+			in := map[string]refeval.Tensor{}
+			if tc.batchIndex != nil {
+				c.BatchIndex = f.Input("batch_index")
+				in["batch_index"] = refeval.Ints([]int64{int64(B), 1}, tc.batchIndex...)
 			}
-			for g := range nKV {
-				off := (b*S+s)*nKV*hd + g*hd
-				kr := normRope(k[off:off+hd], kn, p)
-				keys[p] = append(keys[p], kr)
-				vals[p] = append(vals[p], v[off:off+hd])
-				copy(wantKey[((b*nKV+g)*C+int(p))*hd:], kr)
+			a := build.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps,
+				Q: build.LinearInputs(f, "q", true), K: build.LinearInputs(f, "k", false),
+				V: build.LinearInputs(f, "v", false), O: build.LinearInputs(f, "o", false),
+				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm")}
+			slots := build.CacheSlots(f, c.PastKey, "")
+			c.Mask = build.CausalMask(f, pin, slots)
+			c.ReadIndices, c.Invalid = build.CacheReadIndices(f, pin, slots)
+			c.Cos, c.Sin = rope.Tables(f, pin)
+			out, pk, pv := a.Apply(f, xin, c)
+			f.Output("out", out)
+			f.Output("present_key", pk)
+			f.Output("present_value", pv)
+
+			cacheShape := []int64{int64(tc.rows), nKV, C, hd}
+			for k, v := range map[string]refeval.Tensor{
+				"x": refeval.Floats([]int64{int64(B), int64(S), H}, x...), "position_ids": refeval.Ints([]int64{int64(B), int64(S)}, tc.pos...),
+				"past_key": refeval.Floats(cacheShape, pastK...), "past_value": refeval.Floats(cacheShape, pastV...),
+				"q.weight": refeval.Floats([]int64{nH * hd, H}, wq...), "q.bias": refeval.Floats([]int64{nH * hd}, bq...),
+				"k.weight": refeval.Floats([]int64{nKV * hd, H}, wk...), "v.weight": refeval.Floats([]int64{nKV * hd, H}, wv...),
+				"o.weight": refeval.Floats([]int64{H, nH * hd}, wo...),
+				"q_norm":   refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
+			} {
+				in[k] = v
 			}
-		}
-		for s := range S {
-			p := pos[b*S+s]
-			ctx := make([]float64, nH*hd)
-			for h := range nH {
-				g := h / (nH / nKV)
-				qh := normRope(q[(b*S+s)*nH*hd+h*hd:(b*S+s)*nH*hd+(h+1)*hd], qn, p)
-				var scores []float64
-				m := math.Inf(-1)
-				for j := int64(0); j <= p; j++ {
-					var dot float64
-					for i := range hd {
-						dot += qh[i] * keys[j][g][i]
+			res := run(t, f, in)
+
+			// The same in loops: the expected caches start as the past ones
+			// and receive this step's keys and values at their positions.
+			q := linear(f64(x), B*S, wq, nH*hd, bq)
+			k := linear(f64(x), B*S, wk, nKV*hd, nil)
+			v := linear(f64(x), B*S, wv, nKV*hd, nil)
+			normRope := func(vec []float64, w []float32, p int64) []float64 {
+				y := rmsNorm(vec, w, eps)
+				out := make([]float64, hd)
+				for i := range hd / 2 {
+					ang := float64(p) * math.Pow(10000, -float64(2*i)/hd)
+					c, s := math.Cos(ang), math.Sin(ang)
+					out[i] = y[i]*c - y[i+hd/2]*s
+					out[i+hd/2] = y[i+hd/2]*c + y[i]*s
+				}
+				return out
+			}
+			wantK, wantV := f64(pastK), f64(pastV)
+			at := func(row, g int, slot int64) int { return ((row*nKV+g)*C + int(slot)) * hd }
+			cacheRow := func(b int) int {
+				if tc.batchIndex != nil {
+					return int(tc.batchIndex[b])
+				}
+				return b
+			}
+			for b := range B {
+				for s := range S {
+					p := tc.pos[b*S+s]
+					if p < 0 {
+						continue // padding writes the last slot, checked below
 					}
-					scores = append(scores, dot/math.Sqrt(hd))
-					m = math.Max(m, dot/math.Sqrt(hd))
-				}
-				var z float64
-				for j := range scores {
-					scores[j] = math.Exp(scores[j] - m)
-					z += scores[j]
-				}
-				for j := range scores {
-					for i := range hd {
-						ctx[h*hd+i] += scores[j] / z * vals[int64(j)][g][i]
+					for g := range nKV {
+						off := (b*S+s)*nKV*hd + g*hd
+						copy(wantK[at(cacheRow(b), g, p):], normRope(k[off:off+hd], kn, p))
+						copy(wantV[at(cacheRow(b), g, p):], v[off:off+hd])
 					}
 				}
 			}
-			o := linear(ctx, 1, wo, H, nil)
-			if p < 0 {
-				o = nil // a padding query's output is unspecified
-			}
-			want = append(want, o...)
-		}
-	}
-	got := res["out"].F
-	valid := []float32{}
-	for i, p := range pos {
-		if p >= 0 {
-			valid = append(valid, got[i*H:(i+1)*H]...)
-		}
-	}
-	closeTo(t, "attention", valid, want, 1e-5)
-	// The padding query wrote its key to the last slot, which stays masked;
-	// compare the slots of valid positions only.
-	var gotKeys []float32
-	var wantKeys []float64
-	for b := range B {
-		for g := range nKV {
-			for slot := range C {
-				if slot == C-1 && b == 1 {
-					continue
+			var want []float64
+			var got []float32
+			for b := range B {
+				row := cacheRow(b)
+				for s := range S {
+					p := tc.pos[b*S+s]
+					if p < 0 {
+						continue // a padding query's output is unspecified
+					}
+					ctx := make([]float64, nH*hd)
+					for h := range nH {
+						g := h / (nH / nKV)
+						qh := normRope(q[(b*S+s)*nH*hd+h*hd:(b*S+s)*nH*hd+(h+1)*hd], qn, p)
+						var scores []float64
+						m := math.Inf(-1)
+						for j := int64(0); j <= p; j++ {
+							var dot float64
+							for i := range hd {
+								dot += qh[i] * wantK[at(row, g, j)+i]
+							}
+							scores = append(scores, dot/math.Sqrt(hd))
+							m = math.Max(m, dot/math.Sqrt(hd))
+						}
+						var z float64
+						for j := range scores {
+							scores[j] = math.Exp(scores[j] - m)
+							z += scores[j]
+						}
+						for j := range scores {
+							for i := range hd {
+								ctx[h*hd+i] += scores[j] / z * wantV[at(row, g, int64(j))+i]
+							}
+						}
+					}
+					want = append(want, linear(ctx, 1, wo, H, nil)...)
+					got = append(got, res["out"].F[(b*S+s)*H:(b*S+s+1)*H]...)
 				}
-				base := ((b*nKV+g)*C + slot) * hd
-				gotKeys = append(gotKeys, res["present_key"].F[base:base+hd]...)
-				wantKeys = append(wantKeys, wantKey[base:base+hd]...)
 			}
-		}
+			closeTo(t, "attention", got, want, 1e-5)
+			// Caches: everything but a padding query's write (the last slot
+			// of its row, which stays masked).
+			var gotK, gotV []float32
+			var expK, expV []float64
+			for row := range tc.rows {
+				for g := range nKV {
+					for slot := range int64(C) {
+						if tc.name == "prefill with padding" && row == 1 && slot == C-1 {
+							continue
+						}
+						o := at(row, g, slot)
+						gotK, gotV = append(gotK, res["present_key"].F[o:o+hd]...), append(gotV, res["present_value"].F[o:o+hd]...)
+						expK, expV = append(expK, wantK[o:o+hd]...), append(expV, wantV[o:o+hd]...)
+					}
+				}
+			}
+			closeTo(t, "present_key", gotK, expK, 1e-5)
+			closeTo(t, "present_value", gotV, expV, 1e-6)
+		})
 	}
-	closeTo(t, "present_key", gotKeys, wantKeys, 1e-5)
 }
 
 func TestRouterBlocks(t *testing.T) {
