@@ -3,6 +3,7 @@ package refeval_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/strata-llm/strata/sdk/build"
@@ -385,4 +386,52 @@ func TestRouterBlocks(t *testing.T) {
 			closeTo(t, "weights", res["weights"].F, wantW, 1e-6)
 		})
 	}
+}
+
+// The model-level parts: the context's mask and cache read indices, and
+// the final part's last-valid-token pick, norm and head.
+func TestContextAndFinalParts(t *testing.T) {
+	rope := build.RoPE{Type: "default", Base: 10000, Dim: 4, AttentionScaling: 1}
+	ctx := build.ContextPart("test", "Context", build.Float32, rope, nil)
+	res, err := refeval.Run(ctx.GetFunction(), ctx.GetDependencies(), map[string]refeval.Tensor{
+		"position_ids": refeval.Ints([]int64{2, 1}, 3, -1),
+		"past_key":     refeval.Floats([]int64{2, 1, 5, 4}, make([]float32, 40)...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMask := []bool{false, false, false, false, true, true, true, true, true, true}
+	if !slices.Equal(res[build.CtxMask].B, wantMask) || !slices.Equal(res[build.CtxMask].Shape, []int64{2, 1, 1, 5}) {
+		t.Errorf("mask %v %v, want %v", res[build.CtxMask].Shape, res[build.CtxMask].B, wantMask)
+	}
+	if want := []int64{0, 1, 2, 3, 0, 0, 0, 0, 0, 0}; !slices.Equal(res[build.CtxReadIndices].I, want) {
+		t.Errorf("read indices %v, want %v", res[build.CtxReadIndices].I, want)
+	}
+	if want := []bool{false, false, false, false, true, true, true, true, true, true}; !slices.Equal(res[build.CtxReadInvalid].B, want) {
+		t.Errorf("invalid %v, want %v", res[build.CtxReadInvalid].B, want)
+	}
+	if got := res[build.CtxCos]; !slices.Equal(got.Shape, []int64{2, 1, 1, 4}) || math.Abs(float64(got.F[0])-math.Cos(3)) > 1e-6 {
+		t.Errorf("cos %v %v", got.Shape, got.F)
+	}
+
+	const B, S, H, V = 2, 3, 4, 5
+	r := rand.New(rand.NewPCG(7, 8))
+	hidden, norm, head := randoms(r, B*S*H), randoms(r, H), randoms(r, V*H)
+	final := build.FinalPart("test", "Final", build.Float32, 1e-5, "model.norm.weight", "lm_head.weight")
+	res, err = refeval.Run(final.GetFunction(), final.GetDependencies(), map[string]refeval.Tensor{
+		"hidden_states": refeval.Floats([]int64{B, S, H}, hidden...), "position_ids": refeval.Ints([]int64{B, S}, 0, 1, 2, 0, 1, -1),
+		"norm.weight": refeval.Floats([]int64{H}, norm...), "lm_head.weight": refeval.Floats([]int64{V, H}, head...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []float64
+	for _, tok := range []int{2, S + 1} { // each row's last valid token
+		want = append(want, linear(rmsNorm(f64(hidden[tok*H:(tok+1)*H]), norm, 1e-5), 1, head, V, nil)...)
+	}
+	logits := res["logits"]
+	if !slices.Equal(logits.Shape, []int64{B, 1, V}) {
+		t.Errorf("logits shape %v", logits.Shape)
+	}
+	closeTo(t, "logits", logits.F, want, 1e-5)
 }
