@@ -66,6 +66,11 @@ $(TESTENV)/.installed: conformance/requirements-test.txt
 fixtures: $(GENENV)/.installed
 	cd conformance && ../$(GENENV)/bin/python generate.py
 
+# Regenerate the SDK's transformers reference values (sdk/blocks/testdata).
+.PHONY: sdk-fixtures
+sdk-fixtures: $(GENENV)/.installed
+	$(GENENV)/bin/python sdk/blocks/testdata/gen_rope.py
+
 $(GENENV)/.installed: conformance/requirements-gen.txt
 	$(PYTHON) -m venv $(GENENV)
 	$(GENENV)/bin/pip install -q --disable-pip-version-check -r $<

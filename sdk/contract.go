@@ -1,7 +1,8 @@
 // Package sdk is what a strata architecture plugin imports: the plugin
 // contract (protocol 1 of the gRPC service in sdk/proto/pluginv1), Serve for
 // a plugin's main, and the names of parts and their inputs. Graph-building
-// blocks live in sdk/build, config.json helpers in sdk/hf.
+// blocks live in sdk/fn, sdk/blocks, sdk/weight and sdk/decoder, config.json
+// helpers in sdk/hf.
 //
 // A plugin's main is a few lines:
 //

@@ -1,11 +1,10 @@
 package blocks
 
 import (
-	"github.com/strata-llm/strata/sdk/fn"
-
 	"fmt"
 	"math"
 
+	"github.com/strata-llm/strata/sdk/fn"
 	"github.com/strata-llm/strata/sdk/hf"
 )
 
@@ -13,21 +12,35 @@ import (
 // transformers computes them: inv_freq from the base and the rope type,
 // cos/sin from position_ids in float32, scaled by AttentionScaling.
 type RoPE struct {
-	Type string  // default, linear, llama3
+	Type string  // default, linear, llama3, yarn
 	Base float64 // rope_theta
 	Dim  int     // rotated dimensions: head_dim * partial_rotary_factor
 
-	Factor               float64 // linear, llama3
+	Factor               float64 // linear, llama3, yarn
 	LowFreqFactor        float64 // llama3
 	HighFreqFactor       float64 // llama3
-	OriginalMaxPositions float64 // llama3
+	OriginalMaxPositions float64 // llama3, yarn
 
-	AttentionScaling float64 // multiplies cos and sin; 1 for these types
+	// yarn: the ramp between extrapolated and interpolated frequencies
+	// runs over the dimensions rotating BetaFast down to BetaSlow times in
+	// OriginalMaxPositions; Truncate rounds its ends outward to integers.
+	BetaFast, BetaSlow float64
+	Truncate           bool
+
+	// MRoPESection is [t, h, w] for interleaved multimodal RoPE (Qwen3-VL):
+	// see Tables3. Nil for 1-D RoPE.
+	MRoPESection []int
+
+	AttentionScaling float64 // multiplies cos and sin; 1 except for yarn
 }
 
 // RoPEFromConfig reads rope settings from either place transformers keeps
 // them: top-level rope_theta + rope_scaling (≤ 4.x configs) or
-// rope_parameters (5.x configs).
+// rope_parameters (5.x configs). c is the (text) config object itself: yarn
+// reads max_position_embeddings (and a top-level
+// original_max_position_embeddings, which transformers prefers) from it.
+// Values transformers would turn into NaN or infinite frequencies are
+// refused with an error naming the field.
 func RoPEFromConfig(c hf.Config, headDim int) (RoPE, error) {
 	params, hasParams, err := c.Object("rope_parameters")
 	if err != nil {
@@ -45,9 +58,12 @@ func RoPEFromConfig(c hf.Config, headDim int) (RoPE, error) {
 	if err != nil {
 		return RoPE{}, err
 	}
-	src := scaling
+	src, srcName, where := scaling, "rope_scaling", "rope_theta"
 	if hasParams {
-		src, hasScaling = params, true
+		src, srcName, hasScaling = params, "rope_parameters", true
+		if params.Has("rope_theta") {
+			where = "rope_parameters.rope_theta"
+		}
 		if r.Base, err = params.FloatOr("rope_theta", r.Base); err != nil {
 			return RoPE{}, err
 		}
@@ -55,19 +71,35 @@ func RoPEFromConfig(c hf.Config, headDim int) (RoPE, error) {
 			return RoPE{}, err
 		}
 	}
+	if err := positive(where, r.Base); err != nil {
+		return RoPE{}, err
+	}
+	if !(partial > 0 && partial <= 1) {
+		return RoPE{}, fmt.Errorf("config.json: partial_rotary_factor %g must be in (0, 1]", partial)
+	}
 	r.Dim = int(float64(headDim) * partial)
 	if r.Dim <= 0 || r.Dim%2 != 0 || r.Dim > headDim {
 		return RoPE{}, fmt.Errorf("config.json: rotary dimension %d (head_dim %d × partial_rotary_factor %g) must be even and in 2..head_dim", r.Dim, headDim, partial)
 	}
 	if hasScaling {
-		if err := r.readScaling(src); err != nil {
+		if err := r.readScaling(src, srcName, c); err != nil {
 			return RoPE{}, err
 		}
 	}
 	return r, nil
 }
 
-func (r *RoPE) readScaling(s hf.Config) error {
+// positive checks a config value is a finite number > 0.
+func positive(field string, v float64) error {
+	if !(v > 0) || math.IsInf(v, 0) {
+		return fmt.Errorf("config.json: %s must be a finite number > 0, got %g", field, v)
+	}
+	return nil
+}
+
+// readScaling reads the rope type's parameters from s, called name
+// (rope_scaling or rope_parameters); top is the whole config.
+func (r *RoPE) readScaling(s hf.Config, name string, top hf.Config) error {
 	typ, err := s.StringOr("rope_type", "")
 	if err != nil {
 		return err
@@ -78,20 +110,66 @@ func (r *RoPE) readScaling(s hf.Config) error {
 		}
 	}
 	r.Type = typ
+	if err := r.readMRoPE(s); err != nil {
+		return err
+	}
 	switch typ {
 	case "default":
 		return nil
+	case "mrope": // legacy name of Qwen2-VL's multimodal default rope
+		r.Type = "default"
+		if r.MRoPESection == nil {
+			return fmt.Errorf("config.json: rope type \"mrope\" needs mrope_section")
+		}
+		return nil
 	case "linear":
-		r.Factor, err = s.Float("factor")
-		return err
+		if r.Factor, err = s.Float("factor"); err != nil {
+			return err
+		}
+		return positive(name+".factor", r.Factor)
 	case "llama3":
-		return r.readLlama3(s)
+		return r.readLlama3(s, name)
+	case "yarn":
+		return r.readYarn(s, name, top)
 	default:
-		return fmt.Errorf("config.json: rope type %q is not supported (supported: default, linear, llama3)", typ)
+		return fmt.Errorf("config.json: rope type %q is not supported (supported: default, linear, llama3, yarn)", typ)
 	}
 }
 
-func (r *RoPE) readLlama3(s hf.Config) error {
+// readMRoPE reads Qwen3-VL's interleaved mrope_section, if any.
+func (r *RoPE) readMRoPE(s hf.Config) error {
+	if !s.Has("mrope_section") {
+		return nil
+	}
+	section, err := s.Ints("mrope_section")
+	if err != nil {
+		return err
+	}
+	interleaved, err := s.BoolOr("mrope_interleaved", r.Type != "mrope")
+	if err != nil {
+		return err
+	}
+	if !interleaved {
+		return fmt.Errorf("config.json: non-interleaved MRoPE (mrope_interleaved false, Qwen2-VL style) is not supported")
+	}
+	total := 0
+	for _, n := range section {
+		if n < 0 {
+			return fmt.Errorf("config.json: mrope_section %v has a negative entry", section)
+		}
+		total += n
+	}
+	if len(section) != 3 || total != r.Dim/2 {
+		return fmt.Errorf("config.json: mrope_section %v must be 3 sizes [t, h, w] summing to rotary dimension / 2 = %d", section, r.Dim/2)
+	}
+	if 3*section[1] > r.Dim/2 || 3*section[2] > r.Dim/2 {
+		return fmt.Errorf("config.json: mrope_section %v: interleaving needs 3 × h and 3 × w ≤ %d", section, r.Dim/2)
+	}
+	r.MRoPESection = section
+	return nil
+}
+
+func (r *RoPE) readLlama3(s hf.Config, name string) error {
 	var err error
 	if r.Factor, err = s.Float("factor"); err != nil {
 		return err
@@ -105,8 +183,121 @@ func (r *RoPE) readLlama3(s hf.Config) error {
 	if r.OriginalMaxPositions, err = s.Float("original_max_position_embeddings"); err != nil {
 		return err
 	}
+	for _, v := range []struct {
+		name string
+		v    float64
+	}{{"factor", r.Factor}, {"low_freq_factor", r.LowFreqFactor}, {"high_freq_factor", r.HighFreqFactor},
+		{"original_max_position_embeddings", r.OriginalMaxPositions}} {
+		if err := positive(name+"."+v.name, v.v); err != nil {
+			return err
+		}
+	}
 	if r.HighFreqFactor <= r.LowFreqFactor {
 		return fmt.Errorf("config.json: llama3 rope scaling needs high_freq_factor (%g) > low_freq_factor (%g)", r.HighFreqFactor, r.LowFreqFactor)
+	}
+	return nil
+}
+
+// readYarn reads yarn's parameters with transformers' defaults: beta_fast
+// 32 and beta_slow 1 (also when 0, as Python's `or` has it), truncate true,
+// original_max_position_embeddings from the top level if there (Phi-3's
+// exception), else from s, else max_position_embeddings; a missing factor
+// is max_position_embeddings / original_max_position_embeddings.
+func (r *RoPE) readYarn(s hf.Config, name string, top hf.Config) error {
+	maxPos, err := top.FloatOr("max_position_embeddings", 0)
+	if err != nil {
+		return err
+	}
+	omaxField := name + ".original_max_position_embeddings"
+	switch {
+	case top.Has("original_max_position_embeddings"):
+		omaxField = "original_max_position_embeddings"
+		r.OriginalMaxPositions, err = top.Float("original_max_position_embeddings")
+	case s.Has("original_max_position_embeddings"):
+		r.OriginalMaxPositions, err = s.Float("original_max_position_embeddings")
+	case top.Has("max_position_embeddings"):
+		omaxField, r.OriginalMaxPositions = "max_position_embeddings", maxPos
+	default:
+		return fmt.Errorf("config.json: yarn rope scaling needs %s (or max_position_embeddings)", omaxField)
+	}
+	if err != nil {
+		return err
+	}
+	if err := positive(omaxField, r.OriginalMaxPositions); err != nil {
+		return err
+	}
+	if s.Has("factor") {
+		if r.Factor, err = s.Float("factor"); err != nil {
+			return err
+		}
+		if err := positive(name+".factor", r.Factor); err != nil {
+			return err
+		}
+	} else {
+		if err := positive("max_position_embeddings (yarn without a factor)", maxPos); err != nil {
+			return err
+		}
+		r.Factor = maxPos / r.OriginalMaxPositions
+	}
+	if r.Base == 1 {
+		return fmt.Errorf("config.json: yarn rope scaling needs rope_theta ≠ 1 (its correction range divides by log(rope_theta))")
+	}
+	if r.BetaFast, err = s.FloatOr("beta_fast", 0); err != nil {
+		return err
+	}
+	if r.BetaSlow, err = s.FloatOr("beta_slow", 0); err != nil {
+		return err
+	}
+	if r.BetaFast == 0 {
+		r.BetaFast = 32
+	}
+	if r.BetaSlow == 0 {
+		r.BetaSlow = 1
+	}
+	if err := positive(name+".beta_slow", r.BetaSlow); err != nil {
+		return err
+	}
+	if !(r.BetaFast > r.BetaSlow) || math.IsInf(r.BetaFast, 0) {
+		return fmt.Errorf("config.json: %s.beta_fast (%g) must be a finite number > beta_slow (%g)", name, r.BetaFast, r.BetaSlow)
+	}
+	if r.Truncate, err = s.BoolOr("truncate", true); err != nil {
+		return err
+	}
+	return r.readYarnAttentionFactor(s, name)
+}
+
+// readYarnAttentionFactor: attention_factor if given, else
+// get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both
+// are set (and non-zero), else get_mscale(factor).
+func (r *RoPE) readYarnAttentionFactor(s hf.Config, name string) error {
+	if s.Has("attention_factor") {
+		v, err := s.Float("attention_factor")
+		if err != nil {
+			return err
+		}
+		r.AttentionScaling = v
+		return positive(name+".attention_factor", v)
+	}
+	mscale, err := s.FloatOr("mscale", 0)
+	if err != nil {
+		return err
+	}
+	mscaleAll, err := s.FloatOr("mscale_all_dim", 0)
+	if err != nil {
+		return err
+	}
+	getMscale := func(scale, m float64) float64 {
+		if scale <= 1 {
+			return 1
+		}
+		return 0.1*m*math.Log(scale) + 1
+	}
+	r.AttentionScaling = getMscale(r.Factor, 1)
+	if mscale != 0 && mscaleAll != 0 {
+		r.AttentionScaling = getMscale(r.Factor, mscale) / getMscale(r.Factor, mscaleAll)
+	}
+	if !(r.AttentionScaling > 0) || math.IsInf(r.AttentionScaling, 0) {
+		return fmt.Errorf("config.json: %s: mscale %g and mscale_all_dim %g give attention factor %g; it must be finite and > 0", name, mscale, mscaleAll, r.AttentionScaling)
 	}
 	return nil
 }
@@ -116,11 +307,18 @@ func (r *RoPE) readLlama3(s hf.Config) error {
 // wherever the math library does.
 func (r RoPE) InvFreq() []float32 {
 	half := r.Dim / 2
-	inv := make([]float32, half)
+	pow := make([]float32, half) // base^(2i/Dim)
 	base := float64(float32(r.Base))
-	for i := range inv {
+	for i := range pow {
 		exp := float32(2*i) / float32(r.Dim)
-		inv[i] = 1 / float32(math.Pow(base, float64(exp)))
+		pow[i] = float32(math.Pow(base, float64(exp)))
+	}
+	if r.Type == "yarn" {
+		return r.yarn(pow)
+	}
+	inv := make([]float32, half)
+	for i, p := range pow {
+		inv[i] = 1 / p
 	}
 	switch r.Type {
 	case "linear":
@@ -129,6 +327,37 @@ func (r RoPE) InvFreq() []float32 {
 		}
 	case "llama3":
 		r.llama3(inv)
+	}
+	return inv
+}
+
+// yarn blends extrapolated (1/pow) and interpolated (1/(factor·pow))
+// frequencies by a linear ramp over the correction range, as
+// transformers' _compute_yarn_parameters: the range in float64 (Python
+// floats), the tensors in float32, a tensor-by-scalar op rounding the scalar
+// to float32 first. The explicit conversions keep Go from fusing a
+// multiply-add.
+func (r RoPE) yarn(pow []float32) []float32 {
+	d := float64(r.Dim)
+	corrDim := func(rotations float64) float64 {
+		return (d * math.Log(r.OriginalMaxPositions/(rotations*2*math.Pi))) / (2 * math.Log(r.Base))
+	}
+	low, high := corrDim(r.BetaFast), corrDim(r.BetaSlow)
+	if r.Truncate {
+		low, high = math.Floor(low), math.Ceil(high)
+	}
+	low, high = max(low, 0), min(high, d-1)
+	if low == high {
+		high += 0.001 // transformers' guard against a zero-width ramp
+	}
+	lo32, span32, factor := float32(low), float32(high-low), float32(r.Factor)
+	inv := make([]float32, len(pow))
+	for i, p := range pow {
+		ramp := min(max((float32(i)-lo32)/span32, 0), 1)
+		extrapolation := 1 - ramp // weight of the unscaled frequency
+		interp := 1 / float32(factor*p)
+		extrap := 1 / p
+		inv[i] = float32(interp*float32(1-extrapolation)) + float32(extrap*extrapolation)
 	}
 	return inv
 }
@@ -162,6 +391,44 @@ func (r RoPE) llama3(inv []float32) {
 func (r RoPE) Tables(f *fn.Func, positionIDs fn.Value) (cos, sin fn.Value) {
 	pos := f.Unsqueeze(f.Cast(positionIDs, fn.Float32), -1) // [B,S,1]
 	freqs := f.Mul(pos, f.Floats(r.InvFreq()...))           // [B,S,Dim/2]
+	return r.tables(f, freqs)
+}
+
+// Tables3 computes cos and sin [B,1,S,Dim] like Tables from int64 position
+// ids [3,B,S] (temporal, height, width rows) for interleaved multimodal
+// RoPE (Qwen3-VL): frequency j < Dim/2 turns with the H row if j%3 == 1 and
+// j < 3·MRoPESection[1], with the W row if j%3 == 2 and j < 3·MRoPESection[2],
+// else with the T row, as transformers' Qwen3VLTextRotaryEmbedding. With
+// three equal rows (text only) the tables are those of Tables. Transformers
+// 5.x passes four rows with the text positions first; drop that row.
+func (r RoPE) Tables3(f *fn.Func, positionIDs3 fn.Value) (cos, sin fn.Value) {
+	rows := make([]int64, r.Dim/2)
+	for j := range rows {
+		rows[j] = r.mropeRow(j)
+	}
+	// Pick each frequency's position row, then scale: the same float32
+	// product as scaling all three rows and picking afterwards.
+	pos := f.Gather(f.Cast(positionIDs3, fn.Float32), f.Ints(rows...), 0) // [Dim/2,B,S]
+	pos = f.Transpose(pos, 1, 2, 0)                                       // [B,S,Dim/2]
+	return r.tables(f, f.Mul(pos, f.Floats(r.InvFreq()...)))
+}
+
+// mropeRow is the position row (0 T, 1 H, 2 W) frequency j turns with.
+func (r RoPE) mropeRow(j int) int64 {
+	if len(r.MRoPESection) != 3 {
+		return 0
+	}
+	switch {
+	case j%3 == 1 && j < 3*r.MRoPESection[1]:
+		return 1
+	case j%3 == 2 && j < 3*r.MRoPESection[2]:
+		return 2
+	}
+	return 0
+}
+
+// tables finishes Tables and Tables3 from freqs [B,S,Dim/2].
+func (r RoPE) tables(f *fn.Func, freqs fn.Value) (cos, sin fn.Value) {
 	emb := f.Concat(-1, freqs, freqs)
 	cos, sin = f.Cos(emb), f.Sin(emb)
 	if r.AttentionScaling != 1 {

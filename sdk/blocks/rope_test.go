@@ -2,6 +2,7 @@ package blocks
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -61,6 +62,33 @@ func TestRoPEConfigErrors(t *testing.T) {
 		"factors reversed":  {`{"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1, "original_max_position_embeddings": 8192}}`, "high_freq_factor"},
 		"scaling not a map": {`{"rope_scaling": 3}`, `"rope_scaling" must be an object`},
 		"odd rotary dim":    {`{"partial_rotary_factor": 0.2890625}`, "must be even"},
+
+		// Values transformers turns into NaN or infinite frequencies.
+		"zero theta":             {`{"rope_theta": 0}`, "rope_theta must be a finite number > 0, got 0"},
+		"negative theta in 5.x":  {`{"rope_parameters": {"rope_type": "default", "rope_theta": -5}}`, "rope_parameters.rope_theta must be a finite number > 0, got -5"},
+		"huge theta":             {`{"rope_theta": 1e400}`, `"rope_theta" must be a number`},
+		"negative partial":       {`{"partial_rotary_factor": -0.5}`, "partial_rotary_factor -0.5 must be in (0, 1]"},
+		"partial above one":      {`{"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 1.5}}`, "partial_rotary_factor 1.5 must be in (0, 1]"},
+		"linear zero factor":     {`{"rope_scaling": {"rope_type": "linear", "factor": 0}}`, "rope_scaling.factor must be a finite number > 0, got 0"},
+		"llama3 zero omax":       {`{"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 0}}`, "rope_scaling.original_max_position_embeddings must be a finite number > 0, got 0"},
+		"llama3 zero low factor": {`{"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 0, "high_freq_factor": 4, "original_max_position_embeddings": 8192}}`, "rope_scaling.low_freq_factor must be a finite number > 0, got 0"},
+		"llama3 negative factor": {`{"rope_scaling": {"rope_type": "llama3", "factor": -8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}}`, "rope_scaling.factor must be a finite number > 0, got -8"},
+		"yarn negative factor":   {`{"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": -2, "original_max_position_embeddings": 4096}}`, "rope_parameters.factor must be a finite number > 0, got -2"},
+		"yarn zero omax":         {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 0}}`, "rope_scaling.original_max_position_embeddings must be a finite number > 0, got 0"},
+		"yarn zero top omax":     {`{"original_max_position_embeddings": 0, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}`, "original_max_position_embeddings must be a finite number > 0, got 0"},
+		"yarn no omax":           {`{"rope_scaling": {"rope_type": "yarn", "factor": 4}}`, "needs rope_scaling.original_max_position_embeddings (or max_position_embeddings)"},
+		"yarn no factor":         {`{"rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 4096}}`, "max_position_embeddings (yarn without a factor) must be a finite number > 0, got 0"},
+		"yarn betas reversed":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_fast": 1, "beta_slow": 32}}`, "rope_scaling.beta_fast (1) must be a finite number > beta_slow (32)"},
+		"yarn betas equal":       {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_fast": 8, "beta_slow": 8}}`, "beta_fast (8) must be a finite number > beta_slow (8)"},
+		"yarn negative beta":     {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_slow": -1}}`, "rope_scaling.beta_slow must be a finite number > 0, got -1"},
+		"yarn theta one":         {`{"rope_theta": 1, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}`, "rope_theta ≠ 1"},
+		"yarn zero attention":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "attention_factor": 0}}`, "rope_scaling.attention_factor must be a finite number > 0, got 0"},
+		"yarn negative mscale":   {`{"rope_scaling": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1, "mscale_all_dim": -10}}`, "mscale 1 and mscale_all_dim -10 give attention factor"},
+		"yarn truncate not bool": {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "truncate": 1}}`, `"truncate" must be`},
+		"mrope wrong sum":        {`{"rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 21]}}`, "must be 3 sizes [t, h, w] summing to rotary dimension / 2 = 64"},
+		"mrope negative":         {`{"rope_scaling": {"rope_type": "default", "mrope_section": [-4, 34, 34]}}`, "negative entry"},
+		"mrope not interleaved":  {`{"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24], "mrope_interleaved": false}}`, "non-interleaved MRoPE"},
+		"qwen2-vl mrope":         {`{"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}`, "non-interleaved MRoPE"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -71,6 +99,43 @@ func TestRoPEConfigErrors(t *testing.T) {
 			_, err = RoPEFromConfig(cfg, 128)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestYarnConfigDefaults(t *testing.T) {
+	cases := map[string]struct {
+		config string
+		want   RoPE
+	}{
+		"defaults, omax from max_position_embeddings (beta 0 is the default, as Python's or)": {
+			`{"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": 0}}`,
+			RoPE{Factor: 4, OriginalMaxPositions: 8192, BetaFast: 32, BetaSlow: 1, Truncate: true, AttentionScaling: 0.1*math.Log(4) + 1}},
+		"top-level original_max_position_embeddings wins (Phi-3)": {
+			`{"original_max_position_embeddings": 2048, "max_position_embeddings": 8192, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}`,
+			RoPE{Factor: 4, OriginalMaxPositions: 2048, BetaFast: 32, BetaSlow: 1, Truncate: true, AttentionScaling: 0.1*math.Log(4) + 1}},
+		"implicit factor, factor below 1 keeps attention 1": {
+			`{"max_position_embeddings": 2048, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "original_max_position_embeddings": 4096, "truncate": false, "beta_fast": 16, "beta_slow": 2}}`,
+			RoPE{Factor: 0.5, OriginalMaxPositions: 4096, BetaFast: 16, BetaSlow: 2, AttentionScaling: 1}},
+		"mscale equal to mscale_all_dim (DeepSeek-V3)": {
+			`{"max_position_embeddings": 163840, "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}`,
+			RoPE{Factor: 40, OriginalMaxPositions: 4096, BetaFast: 32, BetaSlow: 1, Truncate: true, AttentionScaling: 1}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := hf.Parse([]byte(tc.config))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := RoPEFromConfig(cfg, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := RoPE{Factor: r.Factor, OriginalMaxPositions: r.OriginalMaxPositions, BetaFast: r.BetaFast, BetaSlow: r.BetaSlow,
+				Truncate: r.Truncate, AttentionScaling: r.AttentionScaling}
+			if r.Type != "yarn" || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %s %+v, want yarn %+v", r.Type, got, tc.want)
 			}
 		})
 	}

@@ -122,9 +122,9 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	domain := "strata." + p.Name
 	switch req.GetPart() {
 	case sdk.PartEmbed:
-		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))), nil
+		return EmbedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))), nil
 	case sdk.PartContext:
-		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context), nil
+		return ContextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context), nil
 	case sdk.PartLayer:
 		k, ok := m.kind(req.GetKind())
 		if !ok {
@@ -132,7 +132,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
-		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden), nil
+		return FinalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
 		if !ok {

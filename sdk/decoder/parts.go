@@ -61,17 +61,17 @@ func SlidingWindow(name string, window int) ContextValue {
 	}}
 }
 
-// embedPart looks input_ids up in the embedding tensor.
-func embedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
+// EmbedPart looks input_ids up in the embedding tensor.
+func EmbedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	ids, table := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
 	f.Output(sdk.HiddenStates, blocks.Embedding(f, table, ids))
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{weight.Bind("embed_tokens.weight", embed)}})
 }
 
-// contextPart computes, once per model, the RoPE tables, the causal mask,
+// ContextPart computes, once per model, the RoPE tables, the causal mask,
 // the cache read indices, and the plugin's own context values.
-func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
+func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	pos, cache := f.Input(sdk.PositionIDs), f.Input(PastKey)
 	var ccl fn.Value
@@ -111,11 +111,11 @@ func layerInputs(f *fn.Func, opts *pb.ExportOptions) (hidden fn.Value, c blocks.
 // finalHidden is the final part's formal output for OutputHidden.
 const finalHidden = "hidden_states_normed"
 
-// finalPart picks each row's last valid token, norms it, and projects it
+// FinalPart picks each row's last valid token, norms it, and projects it
 // to float32 logits. With allHidden it norms every position and also
 // returns them as hidden_states (the norm is per token, so the logits are
 // the same).
-func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
+func FinalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
 	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")

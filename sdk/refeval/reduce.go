@@ -1,0 +1,324 @@
+package refeval
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Reductions, Softmax, ArgMax, TopK and MatMul. Sums accumulate in float64
+// and round once.
+
+func init() {
+	register(map[string]opFunc{
+		"ReduceSum":  reduceOp(func(v []float64) float64 { return sum(v) }),
+		"ReduceMean": reduceOp(func(v []float64) float64 { return sum(v) / float64(len(v)) }),
+		"ReduceMax":  reduceOp(func(v []float64) float64 { return extreme(v, math.Inf(-1), func(a, b float64) bool { return a > b }) }),
+		"ReduceMin":  reduceOp(func(v []float64) float64 { return extreme(v, math.Inf(1), func(a, b float64) bool { return a < b }) }),
+		"ArgMax":     argOp(func(a, b float64) bool { return a > b }),
+		"ArgMin":     argOp(func(a, b float64) bool { return a < b }),
+		"Softmax":    softmaxOp,
+		"TopK":       topKOp,
+		"MatMul":     matMulOp,
+	})
+}
+
+func sum(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// extreme is the max (or min) of v; NaN wins.
+func extreme(v []float64, init float64, better func(a, b float64) bool) float64 {
+	m := init
+	for _, x := range v {
+		if x != x {
+			return x
+		}
+		if better(x, m) {
+			m = x
+		}
+	}
+	return m
+}
+
+// lanes calls fn for every position of the reduced axes with the flat
+// offsets of the elements along them. keep marks the reduced axes.
+func lanes(shape []int64, reduced []bool, fn func(out int, offs []int)) {
+	var outShape, redShape []int64
+	for d, s := range shape {
+		if reduced[d] {
+			redShape = append(redShape, s)
+		} else {
+			outShape = append(outShape, s)
+		}
+	}
+	st := strides(shape)
+	oc, rc := make([]int, len(outShape)), make([]int, len(redShape))
+	offs := make([]int, numel(redShape))
+	for o := range numel(outShape) {
+		unravel(o, outShape, oc)
+		base, k := 0, 0
+		for d := range shape {
+			if !reduced[d] {
+				base += oc[k] * st[d]
+				k++
+			}
+		}
+		for r := range offs {
+			unravel(r, redShape, rc)
+			off, k := base, 0
+			for d := range shape {
+				if reduced[d] {
+					off += rc[k] * st[d]
+					k++
+				}
+			}
+			offs[r] = off
+		}
+		fn(o, offs)
+	}
+}
+
+// reducedShape is shape with the reduced axes dropped or, keepdims, 1.
+func reducedShape(shape []int64, reduced []bool, keep bool) []int64 {
+	out := []int64{}
+	for d, s := range shape {
+		switch {
+		case !reduced[d]:
+			out = append(out, s)
+		case keep:
+			out = append(out, 1)
+		}
+	}
+	return out
+}
+
+// reduceOp: axes from input 1 (ReduceSum 13+, all 18+) or the attribute;
+// none reduces all axes unless noop_with_empty_axes.
+func reduceOp(f func([]float64) float64) opFunc {
+	return func(n *node) ([]Tensor, error) {
+		if err := n.inputs(1, 2); err != nil {
+			return nil, err
+		}
+		x := *n.in[0]
+		axes, err := n.axesInput(1)
+		if err != nil {
+			return nil, err
+		}
+		if len(axes) == 0 && n.attrInt("noop_with_empty_axes", 0) == 1 {
+			return []Tensor{clone(x)}, nil
+		}
+		reduced := make([]bool, len(x.Shape))
+		for _, a := range axes {
+			ax, err := normAxis(a, len(x.Shape))
+			if err != nil {
+				return nil, err
+			}
+			reduced[ax] = true
+		}
+		if len(axes) == 0 {
+			for i := range reduced {
+				reduced[i] = true
+			}
+		}
+		if x.DType == Bool {
+			return nil, fmt.Errorf("not defined for bool")
+		}
+		out := alloc(x.DType, reducedShape(x.Shape, reduced, n.attrInt("keepdims", 1) == 1))
+		vals := []float64{}
+		lanes(x.Shape, reduced, func(o int, offs []int) {
+			vals = vals[:0]
+			for _, j := range offs {
+				vals = append(vals, x.float64At(j))
+			}
+			r := f(vals)
+			if out.F != nil {
+				out.F[o] = float32(r)
+			} else {
+				out.I[o] = int64(r)
+			}
+		})
+		return []Tensor{out}, nil
+	}
+}
+
+func oneAxis(x Tensor, n *node, def int64) ([]bool, int, error) {
+	axis, err := normAxis(n.attrInt("axis", def), len(x.Shape))
+	if err != nil {
+		return nil, 0, err
+	}
+	reduced := make([]bool, len(x.Shape))
+	reduced[axis] = true
+	return reduced, axis, nil
+}
+
+// argOp: the first extreme index, or the last with select_last_index.
+func argOp(better func(a, b float64) bool) opFunc {
+	return func(n *node) ([]Tensor, error) {
+		x, err := n.input(0)
+		if err != nil {
+			return nil, err
+		}
+		reduced, _, err := oneAxis(x, n, 0)
+		if err != nil {
+			return nil, err
+		}
+		last := n.attrInt("select_last_index", 0) == 1
+		out := alloc(Int64, reducedShape(x.Shape, reduced, n.attrInt("keepdims", 1) == 1))
+		lanes(x.Shape, reduced, func(o int, offs []int) {
+			best := 0
+			for k := 1; k < len(offs); k++ {
+				a, b := x.float64At(offs[k]), x.float64At(offs[best])
+				if better(a, b) || (last && a == b) {
+					best = k
+				}
+			}
+			out.I[o] = int64(best)
+		})
+		return []Tensor{out}, nil
+	}
+}
+
+// softmaxOp over one axis (opset 13): exp(x - max) / sum, in float64.
+func softmaxOp(n *node) ([]Tensor, error) {
+	x, err := n.input(0)
+	if err != nil {
+		return nil, err
+	}
+	if !isFloat(x.DType) {
+		return nil, fmt.Errorf("not defined for %s", x.DType)
+	}
+	reduced, _, err := oneAxis(x, n, -1)
+	if err != nil {
+		return nil, err
+	}
+	out := alloc(x.DType, append([]int64{}, x.Shape...))
+	lanes(x.Shape, reduced, func(_ int, offs []int) {
+		m := math.Inf(-1)
+		for _, j := range offs {
+			m = math.Max(m, float64(x.F[j]))
+		}
+		var s float64
+		e := make([]float64, len(offs))
+		for k, j := range offs {
+			e[k] = math.Exp(float64(x.F[j]) - m)
+			s += e[k]
+		}
+		for k, j := range offs {
+			out.F[j] = float32(e[k] / s)
+		}
+	})
+	return []Tensor{out}, nil
+}
+
+// topKOp: the k largest (or smallest) along axis, sorted; equal values keep
+// the lower index first, as ONNX specifies.
+func topKOp(n *node) ([]Tensor, error) {
+	if err := n.inputs(2, 2); err != nil {
+		return nil, err
+	}
+	x := *n.in[0]
+	kt, err := n.in[1].ints()
+	if err != nil || len(kt) != 1 {
+		return nil, fmt.Errorf("K must be one int64, got %v", n.in[1].Shape)
+	}
+	reduced, axis, err := oneAxis(x, n, -1)
+	if err != nil {
+		return nil, err
+	}
+	k := int(kt[0])
+	if k < 0 || int64(k) > x.Shape[axis] {
+		return nil, fmt.Errorf("k %d for axis of size %d", k, x.Shape[axis])
+	}
+	largest := n.attrInt("largest", 1) == 1
+	shape := append([]int64{}, x.Shape...)
+	shape[axis] = int64(k)
+	values, indices := alloc(x.DType, shape), alloc(Int64, shape)
+	// Output offsets: same lanes over the output shape.
+	var outLanes [][]int
+	lanes(shape, reduced, func(_ int, offs []int) { outLanes = append(outLanes, append([]int{}, offs...)) })
+	o := 0
+	lanes(x.Shape, reduced, func(_ int, offs []int) {
+		order := make([]int, len(offs))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool {
+			va, vb := x.float64At(offs[order[a]]), x.float64At(offs[order[b]])
+			if largest {
+				return va > vb
+			}
+			return va < vb
+		})
+		for r := range k {
+			copyElem(values, outLanes[o][r], x, offs[order[r]])
+			indices.I[outLanes[o][r]] = int64(order[r])
+		}
+		o++
+	})
+	return []Tensor{values, indices}, nil
+}
+
+// matMulOp is numpy matmul: 1-D operands are promoted and the promoted
+// axis removed; batch axes broadcast.
+func matMulOp(n *node) ([]Tensor, error) {
+	if err := n.inputs(2, 2); err != nil {
+		return nil, err
+	}
+	a, b := *n.in[0], *n.in[1]
+	if err := sameType(a, b); err != nil {
+		return nil, err
+	}
+	if a.DType == Bool || len(a.Shape) == 0 || len(b.Shape) == 0 {
+		return nil, fmt.Errorf("operands %s %v and %v", a.DType, a.Shape, b.Shape)
+	}
+	as, bs := a.Shape, b.Shape
+	if len(as) == 1 {
+		as = []int64{1, as[0]}
+	}
+	if len(bs) == 1 {
+		bs = []int64{bs[0], 1}
+	}
+	m, kk, k2, nn := as[len(as)-2], as[len(as)-1], bs[len(bs)-2], bs[len(bs)-1]
+	if kk != k2 {
+		return nil, fmt.Errorf("shapes %v and %v do not multiply", a.Shape, b.Shape)
+	}
+	batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+	if err != nil {
+		return nil, err
+	}
+	ia, ib := broadcastIndex(batch, as[:len(as)-2]), broadcastIndex(batch, bs[:len(bs)-2])
+	outShape := append(append([]int64{}, batch...), m, nn)
+	out := alloc(a.DType, outShape)
+	M, K, N := int(m), int(kk), int(nn)
+	for bi := range ia {
+		pa, pb, po := ia[bi]*M*K, ib[bi]*K*N, bi*M*N
+		for i := range M {
+			for j := range N {
+				var s float64
+				for l := range K {
+					s += a.float64At(pa+i*K+l) * b.float64At(pb+l*N+j)
+				}
+				if out.F != nil {
+					out.F[po+i*N+j] = float32(s)
+				} else {
+					out.I[po+i*N+j] = int64(s)
+				}
+			}
+		}
+	}
+	// Drop the promoted axes of 1-D operands.
+	final := append([]int64{}, batch...)
+	if len(a.Shape) > 1 {
+		final = append(final, m)
+	}
+	if len(b.Shape) > 1 {
+		final = append(final, nn)
+	}
+	out.Shape = final
+	return []Tensor{out}, nil
+}
