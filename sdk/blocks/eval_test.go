@@ -9,8 +9,8 @@ import (
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
-	"github.com/strata-llm/strata/sdk/weight"
 	"github.com/strata-llm/strata/sdk/refeval"
+	"github.com/strata-llm/strata/sdk/weight"
 )
 
 // End-to-end: the SDK's blocks run through the evaluator and are compared
