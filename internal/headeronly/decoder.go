@@ -3,15 +3,17 @@ package headeronly
 import (
 	"fmt"
 
+	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/dtype"
 	"github.com/strata-llm/strata/sdk/hf"
 )
 
 // decoderShape holds the config.json fields every decoder-only LM here
-// shares: embedding, attention projections, head.
+// shares, read by the SDK's decoder.ParseCommon (the same reading, with the
+// same errors, as the plugins'), and the attention bias most of them have.
 type decoderShape struct {
-	hidden, layers, heads, kvHeads, headDim, vocab int
-	attentionBias, tied                            bool
+	decoder.Common
+	attentionBias bool
 }
 
 // parseDecoder checks dt and reads the shared fields of configJSON; it
@@ -25,25 +27,9 @@ func parseDecoder(configJSON []byte, dt string) (decoderShape, *hf.Reader, error
 		return decoderShape{}, nil, err
 	}
 	r := &hf.Reader{Config: c}
-	d := decoderShape{
-		hidden: r.Int("hidden_size"), layers: r.Int("num_hidden_layers"),
-		heads: r.Int("num_attention_heads"), vocab: r.Int("vocab_size"),
-		attentionBias: r.BoolOr("attention_bias", false), tied: r.BoolOr("tie_word_embeddings", false),
-	}
+	d := decoderShape{Common: decoder.ParseCommon(r), attentionBias: r.BoolOr("attention_bias", false)}
 	if r.Err != nil {
 		return decoderShape{}, nil, r.Err
-	}
-	if d.hidden <= 0 || d.layers <= 0 || d.heads <= 0 || d.vocab <= 0 {
-		return decoderShape{}, nil, fmt.Errorf("config.json: hidden_size, num_hidden_layers, num_attention_heads and vocab_size must be positive")
-	}
-	// The defaults the configs apply when the fields are absent.
-	d.kvHeads = r.IntOr("num_key_value_heads", d.heads)
-	d.headDim = r.IntOr("head_dim", d.hidden/d.heads)
-	if r.Err != nil {
-		return decoderShape{}, nil, r.Err
-	}
-	if d.kvHeads <= 0 || d.headDim <= 0 {
-		return decoderShape{}, nil, fmt.Errorf("config.json: num_key_value_heads (%d) and head_dim (%d) must be positive", d.kvHeads, d.headDim)
 	}
 	return d, r, nil
 }
@@ -52,13 +38,13 @@ func parseDecoder(configJSON []byte, dt string) (decoderShape, *hf.Reader, error
 // each layer's (under model.layers.<l>.), final norm, and the head unless
 // tied (save_pretrained drops a tied head).
 func (d decoderShape) tensors(dt string, layer func(l int, prefix string) []Tensor) []Tensor {
-	h, v := int64(d.hidden), int64(d.vocab)
+	h, v := int64(d.Hidden), int64(d.Vocab)
 	out := []Tensor{{"model.embed_tokens.weight", dt, []int64{v, h}}}
-	for l := range d.layers {
+	for l := range d.Layers {
 		out = append(out, layer(l, fmt.Sprintf("model.layers.%d.", l))...)
 	}
 	out = append(out, Tensor{"model.norm.weight", dt, []int64{h}})
-	if !d.tied {
+	if !d.Tied {
 		out = append(out, Tensor{"lm_head.weight", dt, []int64{v, h}})
 	}
 	return out
@@ -66,7 +52,7 @@ func (d decoderShape) tensors(dt string, layer func(l int, prefix string) []Tens
 
 // attention lists q, k, v and o projections, each bias after its weight.
 func (d decoderShape) attention(prefix, dt string) []Tensor {
-	h, q, kv := int64(d.hidden), int64(d.heads*d.headDim), int64(d.kvHeads*d.headDim)
+	h, q, kv := int64(d.Hidden), int64(d.Heads*d.HeadDim), int64(d.KVHeads*d.HeadDim)
 	var out []Tensor
 	out = append(out, linear(prefix+"self_attn.q_proj", dt, q, h, d.attentionBias)...)
 	out = append(out, linear(prefix+"self_attn.k_proj", dt, kv, h, d.attentionBias)...)
@@ -76,7 +62,7 @@ func (d decoderShape) attention(prefix, dt string) []Tensor {
 
 // norms are a layer's two RMSNorm weights, last in its module order.
 func (d decoderShape) norms(prefix, dt string) []Tensor {
-	h := int64(d.hidden)
+	h := int64(d.Hidden)
 	return []Tensor{{prefix + "input_layernorm.weight", dt, []int64{h}},
 		{prefix + "post_attention_layernorm.weight", dt, []int64{h}}}
 }

@@ -381,7 +381,7 @@ func checkContiguous(t *testing.T, c *checkpoint.Checkpoint) {
 // model.safetensors with no index, as save_pretrained writes it.
 func TestSingleShard(t *testing.T) {
 	config := []byte(`{"model_type": "llama", "hidden_size": 4, "intermediate_size": 8,
-		"num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10, "head_dim": 3}`)
+		"num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 10, "head_dim": 6}`)
 	tensors, err := LlamaTensors(config, "BF16")
 	if err != nil {
 		t.Fatal(err)
@@ -403,10 +403,10 @@ func TestSingleShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// head_dim 3 (not 4/2) and kv heads defaulting to 2: q, k, v have 6 rows.
+	// head_dim 6 (not 4/2) and kv heads defaulting to 2: q, k, v have 12 rows.
 	for key, shape := range map[string][]int64{
-		"model.layers.0.self_attn.k_proj.weight": {6, 4},
-		"model.layers.0.self_attn.o_proj.weight": {4, 6},
+		"model.layers.0.self_attn.k_proj.weight": {12, 4},
+		"model.layers.0.self_attn.o_proj.weight": {4, 12},
 		"lm_head.weight":                         {10, 4},
 	} {
 		if tn, ok := c.Tensor(key); !ok || !slices.Equal(tn.Shape, shape) {

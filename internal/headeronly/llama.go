@@ -32,6 +32,6 @@ func LlamaTensors(configJSON []byte, dt string) ([]Tensor, error) {
 // order (self_attn, mlp, then the norms), each bias after its weight.
 func (s llamaShape) layer(prefix, dt string) []Tensor {
 	out := s.attention(prefix, dt)
-	out = append(out, gatedMLP(prefix+"mlp.", dt, int64(s.hidden), int64(s.intermediate), s.mlpBias)...)
+	out = append(out, gatedMLP(prefix+"mlp.", dt, int64(s.Hidden), int64(s.intermediate), s.mlpBias)...)
 	return append(out, s.norms(prefix, dt)...)
 }

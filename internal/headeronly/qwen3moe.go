@@ -39,7 +39,7 @@ func Qwen3MoeTensors(configJSON []byte, dt string) ([]Tensor, error) {
 // norms), the sparse block (router, then each expert) or a dense MLP, then
 // the norms.
 func (s qwen3MoeShape) layer(l int, prefix, dt string) []Tensor {
-	h, hd := int64(s.hidden), int64(s.headDim)
+	h, hd := int64(s.Hidden), int64(s.HeadDim)
 	out := append(s.attention(prefix, dt),
 		Tensor{prefix + "self_attn.q_norm.weight", dt, []int64{hd}},
 		Tensor{prefix + "self_attn.k_norm.weight", dt, []int64{hd}})

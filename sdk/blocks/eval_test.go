@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/sdk/blocks"
@@ -123,10 +124,14 @@ func TestAttentionBlock(t *testing.T) {
 		pos        []int64 // [B,S]
 		rows       int     // cache rows
 		batchIndex []int64 // cache row of each batch row, or nil
+		sinks      bool    // a per-head sink logit in the softmax (gpt-oss)
+		window     int     // sliding window (0: full attention)
 	}{
-		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil},
-		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil},
-		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}},
+		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0},
+		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil, false, 0},
+		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}, false, 0},
+		{"prefill with sinks and a window of 2", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, true, 2},
+		{"decode with sinks past a window of 2", 1, []int64{4, 2}, 2, nil, true, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,6 +142,7 @@ func TestAttentionBlock(t *testing.T) {
 			bq := randoms(r, nH*hd)
 			qn, kn := randoms(r, hd), randoms(r, hd)
 			pastK, pastV := randoms(r, tc.rows*nKV*C*hd), randoms(r, tc.rows*nKV*C*hd)
+			sinks := randoms(r, nH)
 			rope := blocks.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
 
 			f := fn.NewFunc("test", "Attn", fn.Float32)
@@ -151,8 +157,15 @@ func TestAttentionBlock(t *testing.T) {
 				Q: blocks.LinearInputs(f, "q", true), K: blocks.LinearInputs(f, "k", false),
 				V: blocks.LinearInputs(f, "v", false), O: blocks.LinearInputs(f, "o", false),
 				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm")}
+			if tc.sinks {
+				a.Sinks = f.Input("sinks")
+				in["sinks"] = refeval.Floats([]int64{nH}, sinks...)
+			}
 			slots := blocks.CacheSlots(f, c.PastKey, "")
 			c.Mask = blocks.CausalMask(f, pin, slots)
+			if tc.window > 0 {
+				c.Mask = blocks.SlidingWindowMask(f, pin, slots, tc.window)
+			}
 			c.ReadIndices, c.Invalid = blocks.CacheReadIndices(f, pin, slots)
 			c.Cos, c.Sin = rope.Tables(f, pin)
 			out, pk, pv := a.Apply(f, xin, c)
@@ -225,7 +238,11 @@ func TestAttentionBlock(t *testing.T) {
 						qh := normRope(q[(b*S+s)*nH*hd+h*hd:(b*S+s)*nH*hd+(h+1)*hd], qn, p)
 						var scores []float64
 						m := math.Inf(-1)
-						for j := int64(0); j <= p; j++ {
+						first := int64(0)
+						if tc.window > 0 {
+							first = max(0, p-int64(tc.window)+1)
+						}
+						for j := first; j <= p; j++ {
 							var dot float64
 							for i := range hd {
 								dot += qh[i] * wantK[at(row, g, j)+i]
@@ -234,13 +251,17 @@ func TestAttentionBlock(t *testing.T) {
 							m = math.Max(m, dot/math.Sqrt(hd))
 						}
 						var z float64
+						if tc.sinks {
+							m = math.Max(m, float64(sinks[h]))
+							z = math.Exp(float64(sinks[h]) - m)
+						}
 						for j := range scores {
 							scores[j] = math.Exp(scores[j] - m)
 							z += scores[j]
 						}
 						for j := range scores {
 							for i := range hd {
-								ctx[h*hd+i] += scores[j] / z * wantV[at(row, g, int64(j))+i]
+								ctx[h*hd+i] += scores[j] / z * wantV[at(row, g, first+int64(j))+i]
 							}
 						}
 					}
@@ -256,7 +277,7 @@ func TestAttentionBlock(t *testing.T) {
 			for row := range tc.rows {
 				for g := range nKV {
 					for slot := range int64(C) {
-						if tc.name == "prefill with padding" && row == 1 && slot == C-1 {
+						if strings.HasPrefix(tc.name, "prefill") && row == 1 && slot == C-1 {
 							continue
 						}
 						o := at(row, g, slot)

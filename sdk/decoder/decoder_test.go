@@ -1,0 +1,188 @@
+package decoder_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/decoder"
+	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/hf"
+	"github.com/strata-llm/strata/sdk/plugintest"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+const base = `{"model_type": "toy", "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 3,
+	"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32}`
+
+// toy has two kinds (full and sliding attention, alternating), a context
+// value of its own, an option, hidden states out, and a separate model.
+var toy = decoder.Plugin{Name: "toy", Version: "1.0", Architectures: []decoder.Architecture{{
+	ModelType: "toy", Name: "Toy",
+	Options: []*pb.PluginOption{{Name: "flavour", DefaultValue: "plain", AllowedValues: []string{"plain", "fancy"}}},
+	Load: func(m *decoder.Model) error {
+		m.KindOf = func(i int) string { return []string{"full", "sliding"}[i%2] }
+		m.OutputHidden = m.Options["flavour"] == "fancy"
+		m.AddContext(decoder.SlidingWindow("sliding_mask", 2))
+		m.Kind("full", "ToyFull", func(l *decoder.Layer) error {
+			return l.PreNorm(&decoder.Attention{}, &decoder.SwiGLU{Width: m.Intermediate})
+		})
+		m.Kind("sliding", "ToySliding", func(l *decoder.Layer) error {
+			return l.PreNorm(&decoder.Attention{Mask: "sliding_mask", Sinks: true}, &decoder.SwiGLU{Width: m.Intermediate})
+		})
+		m.AddModel(&pb.ModelSpec{Name: "embed"}, func(f *fn.Func) (*pb.BuildResponse, error) {
+			f.Output("out", blocks.Embedding(f, f.Input("table"), f.Input(sdk.InputIDs)))
+			return decoder.Response(f), nil
+		})
+		return nil
+	},
+}}}
+
+func TestParseCommon(t *testing.T) {
+	cases := map[string]struct {
+		edit func(map[string]any)
+		want string // error, or "" for none
+	}{
+		"defaults":          {func(m map[string]any) { delete(m, "num_key_value_heads") }, ""},
+		"missing vocab":     {func(m map[string]any) { delete(m, "vocab_size") }, `"vocab_size" is missing`},
+		"zero heads":        {func(m map[string]any) { m["num_attention_heads"] = 0 }, "num_attention_heads must be positive"},
+		"kv not a divisor":  {func(m map[string]any) { m["num_key_value_heads"] = 3 }, "multiple of num_key_value_heads (3)"},
+		"negative eps":      {func(m map[string]any) { m["rms_norm_eps"] = -1e-6 }, "rms_norm_eps must be a finite number"},
+		"negative head_dim": {func(m map[string]any) { m["head_dim"] = -8 }, "head_dim must be positive"},
+		"negative theta":    {func(m map[string]any) { m["rope_theta"] = -1 }, "rope_theta"},
+		"bool as int":       {func(m map[string]any) { m["tie_word_embeddings"] = 1 }, `"tie_word_embeddings" must be true or false`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, err := hf.Parse(plugintest.Config(t, base, tc.edit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &hf.Reader{Config: c}
+			common := decoder.ParseCommon(r)
+			if tc.want == "" {
+				if r.Err != nil || common.KVHeads != 4 || common.HeadDim != 4 {
+					t.Errorf("err %v, kv heads %d, head_dim %d; want nil, 4, 4", r.Err, common.KVHeads, common.HeadDim)
+				}
+				return
+			}
+			if r.Err == nil || !strings.Contains(r.Err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", r.Err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPlanKindsContextAndOptions(t *testing.T) {
+	model := plugintest.Edited(t, toy, base, nil, "F32")
+	plan, err := toy.Plan(context.Background(), &pb.PlanRequest{Model: model,
+		Options: &pb.ExportOptions{PluginOptions: map[string]string{"flavour": "fancy"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range plan.GetLayers() {
+		kinds = append(kinds, l.GetKind())
+	}
+	if !slices.Equal(kinds, []string{"full", "sliding", "full"}) || len(plan.GetKinds()) != 2 {
+		t.Errorf("kinds %v (%d declared)", kinds, len(plan.GetKinds()))
+	}
+	if !slices.Contains(plan.GetContextOutputs(), "sliding_mask") || !slices.Contains(plan.GetContextOutputs(), decoder.CtxMask) {
+		t.Errorf("context outputs %v", plan.GetContextOutputs())
+	}
+	if x := plan.GetExtraOutputs(); len(x) != 1 || x[0].GetName() != sdk.HiddenStates {
+		t.Errorf("extra outputs %v, want hidden_states", x)
+	}
+	if len(plan.GetModels()) != 1 || plan.GetModels()[0].GetName() != "embed" {
+		t.Errorf("models %v", plan.GetModels())
+	}
+	for opts, want := range map[string]string{"flavour=odd": `flavour "odd": use plain or fancy`, "colour=red": `no option "colour" (it has: flavour)`} {
+		k, v, _ := strings.Cut(opts, "=")
+		_, err := toy.Plan(context.Background(), &pb.PlanRequest{Model: model, Options: &pb.ExportOptions{PluginOptions: map[string]string{k: v}}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", opts, err, want)
+		}
+	}
+}
+
+// Each kind's function declares its weights once: they are its inputs, the
+// bindings of every layer of the kind, and what Check expects.
+func TestDeclaredWeightsBindAndCheck(t *testing.T) {
+	model := plugintest.Edited(t, toy, base, nil, "F32")
+	parts := plugintest.RequireBound(t, toy, model,
+		&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
+		&pb.BuildRequest{Part: sdk.PartLayer, Kind: "full", Layers: []int32{0, 2}},
+		&pb.BuildRequest{Part: sdk.PartLayer, Kind: "sliding", Layers: []int32{1}},
+		&pb.BuildRequest{Part: sdk.PartFinal})
+	if got := parts[3][1]["self_attn.sinks"]; !slices.Equal(got, []string{"model.layers.1.self_attn.sinks"}) {
+		t.Errorf("sliding layer sinks bound to %v", got)
+	}
+	if _, ok := parts[2][0]["self_attn.sinks"]; ok {
+		t.Error("a full layer binds sinks it does not declare")
+	}
+	resp, _ := toy.Check(context.Background(), &pb.CheckRequest{Model: model})
+	if !resp.GetSupported() {
+		t.Fatalf("unsupported: %v", resp.GetReasons())
+	}
+	// Every layer lacking its sinks: the check names a few and stops.
+	var lacking []*pb.TensorInfo
+	for _, ti := range model.GetTensors() {
+		if !strings.HasSuffix(ti.Key, "self_attn.sinks") {
+			lacking = append(lacking, ti)
+		}
+	}
+	resp, _ = toy.Check(context.Background(), &pb.CheckRequest{Model: &pb.Model{ConfigJson: model.GetConfigJson(), Tensors: lacking}})
+	if reasons := strings.Join(resp.GetReasons(), ";"); resp.GetSupported() || !strings.Contains(reasons, "model.layers.1.self_attn.sinks is missing") {
+		t.Errorf("reasons %q", reasons)
+	}
+}
+
+func TestBuildRefusals(t *testing.T) {
+	model := plugintest.Edited(t, toy, base, nil, "F32")
+	cases := map[string]struct {
+		req  *pb.BuildRequest
+		want string
+	}{
+		"unknown kind":     {&pb.BuildRequest{Part: sdk.PartLayer, Kind: "moe", Layers: []int32{0}}, `has layer kinds full, sliding; asked for "moe"`},
+		"wrong kind":       {&pb.BuildRequest{Part: sdk.PartLayer, Kind: "sliding", Layers: []int32{0}}, "layer 0 is not of kind sliding"},
+		"layer past count": {&pb.BuildRequest{Part: sdk.PartLayer, Kind: "full", Layers: []int32{4}}, "layer 4 is not of kind full"},
+		"unknown part":     {&pb.BuildRequest{Part: "vision"}, `no part "vision"`},
+		"unknown model":    {&pb.BuildRequest{Part: sdk.PartModel, ModelName: "mtp"}, `builds no model "mtp"`},
+		"bad dtype":        {&pb.BuildRequest{Part: sdk.PartFinal, Options: &pb.ExportOptions{ComputeDtype: "int8"}}, "int8"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.req.Model = model
+			_, err := toy.Build(context.Background(), tc.req)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+	resp, err := toy.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartModel, ModelName: "embed"})
+	if err != nil || resp.GetFunction().GetName() != "ToyEmbed" {
+		t.Errorf("separate model: %v, %v", resp.GetFunction().GetName(), err)
+	}
+}
+
+// A num_hidden_layers the tensors cannot back is refused from the keys,
+// in no time, naming what is missing.
+func TestLayerCountBoundedByInventory(t *testing.T) {
+	model := plugintest.Edited(t, toy, base, nil, "F32")
+	model.ConfigJson = plugintest.Config(t, base, func(m map[string]any) { m["num_hidden_layers"] = 1_000_000_000 })
+	resp, _ := toy.Check(context.Background(), &pb.CheckRequest{Model: model})
+	if reasons := strings.Join(resp.GetReasons(), ";"); resp.GetSupported() || !strings.Contains(reasons, "holds tensors for 3 layers (0..2)") {
+		t.Errorf("reasons %q", reasons)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	d, _ := toy.Describe(context.Background())
+	a := d.GetArchitectures()[0]
+	if d.GetProtocolVersion() != sdk.ProtocolVersion || !a.GetCapabilities().GetLayerwise() || a.GetOptions()[0].GetName() != "flavour" {
+		t.Errorf("describe %v", d)
+	}
+}
