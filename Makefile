@@ -51,8 +51,10 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# -race: the exporter runs windows in parallel and the host talks to plugins
+# from several goroutines.
 test-go:
-	$(GO) test ./...
+	$(GO) test -race ./...
 
 test-conformance: build $(TESTENV)/.installed
 	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -67,22 +68,13 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	}
 	b := graph.New(name)
 	table := weights.NewTable(e.ckpt, e.compute, b, e.opts.Weights, WeightsDir+"/"+name+".safetensors")
-	inputs, outputs := map[string]string{}, map[string]string{}
-	for _, in := range spec.GetInputs() {
-		v, err := window.SpecValue(in, e.compute)
-		if err != nil {
-			return separateModel{}, err
-		}
-		b.Input(v.Name, v.Type, v.Dims...)
-		inputs[v.Name] = v.Name
+	inputs, err := e.declare(spec.GetInputs(), b.Input)
+	if err != nil {
+		return separateModel{}, err
 	}
-	for _, o := range spec.GetOutputs() {
-		v, err := window.SpecValue(o, e.compute)
-		if err != nil {
-			return separateModel{}, err
-		}
-		b.Output(v.Name, v.Type, v.Dims...)
-		outputs[v.Name] = v.Name
+	outputs, err := e.declare(spec.GetOutputs(), b.Output)
+	if err != nil {
+		return separateModel{}, err
 	}
 	a := &assembler{compute: e.compute, b: b, table: table, read: map[string]bool{}}
 	if err := a.place(resp, sdk.NonLayer, name, keepFormal(inputs, resp), outputs); err != nil {
@@ -101,6 +93,21 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 		return separateModel{}, err
 	}
 	return separateModel{name: name, file: ModelFileOf(name), data: data, spec: ws, table: table}, nil
+}
+
+// declare adds each value as a graph input or output (by add) and maps the
+// function's formal name to it (the same name).
+func (e *exporter) declare(specs []*pb.IOSpec, add func(string, onnxpb.TensorProto_DataType, ...graph.Dim)) (map[string]string, error) {
+	names := map[string]string{}
+	for _, s := range specs {
+		v, err := window.SpecValue(s, e.compute)
+		if err != nil {
+			return nil, err
+		}
+		add(v.Name, v.Type, v.Dims...)
+		names[v.Name] = v.Name
+	}
+	return names, nil
 }
 
 func listOrNone(names []string) string {

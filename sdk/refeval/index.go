@@ -121,39 +121,31 @@ func combine(out Tensor, i int, v Tensor, j int, reduction string) error {
 		copyElem(out, i, v, j)
 		return nil
 	}
+	var err error
 	switch {
 	case out.F != nil:
-		a, b := out.F[i], v.F[j]
-		switch reduction {
-		case "add":
-			out.F[i] = a + b
-		case "mul":
-			out.F[i] = a * b
-		case "max":
-			out.F[i] = max(a, b)
-		case "min":
-			out.F[i] = min(a, b)
-		default:
-			return fmt.Errorf("reduction %q is not supported", reduction)
-		}
+		out.F[i], err = reduce(out.F[i], v.F[j], reduction)
 	case out.I != nil:
-		a, b := out.I[i], v.I[j]
-		switch reduction {
-		case "add":
-			out.I[i] = a + b
-		case "mul":
-			out.I[i] = a * b
-		case "max":
-			out.I[i] = max(a, b)
-		case "min":
-			out.I[i] = min(a, b)
-		default:
-			return fmt.Errorf("reduction %q is not supported", reduction)
-		}
+		out.I[i], err = reduce(out.I[i], v.I[j], reduction)
 	default:
-		return fmt.Errorf("reduction %q on bool", reduction)
+		err = fmt.Errorf("reduction %q on bool", reduction)
 	}
-	return nil
+	return err
+}
+
+func reduce[T float32 | int64](a, b T, reduction string) (T, error) {
+	switch reduction {
+	case "add":
+		return a + b, nil
+	case "mul":
+		return a * b, nil
+	case "max":
+		return max(a, b), nil
+	case "min":
+		return min(a, b), nil
+	default:
+		return a, fmt.Errorf("reduction %q is not supported", reduction)
+	}
 }
 
 func scatterElementsOp(n *node) ([]Tensor, error) {
