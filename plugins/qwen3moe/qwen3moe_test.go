@@ -81,6 +81,11 @@ func TestExpertLayouts(t *testing.T) {
 			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(1, expertName(11, "down_proj")) })
 			return m
 		}, "model.layers.1.mlp.experts.11.down_proj.weight"},
+		"expert count the tensors cannot back": {func(t *testing.T) *pb.Model {
+			m := tinyModel(t, perExpert, nil)
+			m.ConfigJson = plugintest.Config(t, tinyConfig, func(c map[string]any) { c["num_local_experts"] = 1_000_000_000 })
+			return m
+		}, "num_experts is 1000000000, but layer 1 has no tensor model.layers.1.mlp.experts.999999999.gate_proj.weight"},
 		"fused misshapen": {func(t *testing.T) *pb.Model {
 			m := tinyModel(t, fusedRows, nil)
 			for _, ti := range m.Tensors {
