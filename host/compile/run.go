@@ -67,8 +67,8 @@ func (j *Job) script(compiler string) []byte {
 }
 
 // shellQuote quotes s for POSIX sh: as it is when it holds only characters
-// sh never interprets, else in single quotes, where a single quote is
-// written as `'\''` (close, escaped quote, reopen).
+// sh never interprets, else in single quotes, where each single quote
+// closes the quoting, is written backslash-escaped, and reopens it.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./,:+@%", r))
