@@ -48,6 +48,16 @@ func CreateSafetensors(path string, entries []Entry) (*Writer, error) {
 	if _, err := Layout(entries); err != nil {
 		return nil, err
 	}
+	sink, err := FileSink(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewWriter(path, sink, entries)
+}
+
+// FileSink writes path through a temporary file beside it, renamed into
+// place on Commit (outside an output directory strata owns: tools, tests).
+func FileSink(path string) (Sink, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -55,7 +65,7 @@ func CreateSafetensors(path string, entries []Entry) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewWriter(path, &tempSink{f: f, path: path}, entries)
+	return &tempSink{f: f, path: path}, nil
 }
 
 // NewWriter writes a safetensors file of the given tensors, in this order,

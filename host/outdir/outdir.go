@@ -157,6 +157,8 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 			return nil, &Error{Dir: dir, Reason: "cannot be created", Err: err}
 		}
 		d.created = true
+	case errors.Is(statErr, unix.ENOTDIR):
+		return nil, &Error{Dir: dir, Reason: "cannot be created (a parent of it is a file, not a directory)", Err: statErr}
 	case statErr != nil:
 		return nil, &Error{Dir: dir, Reason: "cannot be read", Err: statErr}
 	case !info.IsDir():

@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/strata-llm/strata/host/checkpoint"
@@ -38,17 +39,23 @@ func (t *Table) Layout() error {
 }
 
 // Materialize computes every weight in Go from the checkpoint's bytes and
-// writes the data file at path, holding one weight (and its sources) in
-// memory at a time. The file appears only when complete.
-func (t *Table) Materialize(path string) error {
+// writes the data file (named name in messages) into sink, holding one
+// weight (and its sources) in memory at a time. The file appears only when
+// complete; a cancelled ctx stops it between weights.
+func (t *Table) Materialize(ctx context.Context, name string, sink checkpoint.Sink) error {
 	if t.mode != Materialize || len(t.order) == 0 {
+		sink.Abort()
 		return nil
 	}
-	w, err := checkpoint.CreateSafetensors(path, t.entries())
+	w, err := checkpoint.NewWriter(name, sink, t.entries())
 	if err != nil {
 		return err
 	}
 	for _, name := range t.order {
+		if err := ctx.Err(); err != nil {
+			w.Abort()
+			return err
+		}
 		data, err := t.weights[name].expr.Eval(t.ckpt.ReadTensor)
 		if err == nil {
 			err = w.Write(data.Bytes)

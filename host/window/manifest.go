@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-
-	"github.com/strata-llm/strata/internal/atomic"
 )
 
 // ManifestFile records, in the output directory, what each window was made
@@ -77,14 +75,21 @@ func Load(dir string) (*Manifest, error) {
 	return &read, nil
 }
 
-// Save writes the manifest into dir atomically, windows in layer order.
-func (m *Manifest) Save(dir string) error {
+// FileWriter writes a file atomically by its path relative to an output
+// directory (host/outdir.Dir).
+type FileWriter interface {
+	WriteFile(rel string, data []byte) error
+}
+
+// Save writes the manifest into the output directory atomically, windows in
+// layer order.
+func (m *Manifest) Save(dir FileWriter) error {
 	sort.Slice(m.Windows, func(i, j int) bool { return m.Windows[i].First < m.Windows[j].First })
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomic.WriteFile(filepath.Join(dir, ManifestFile), append(data, '\n'))
+	return dir.WriteFile(ManifestFile, append(data, '\n'))
 }
 
 // Record adds or replaces the entry for e's span.
