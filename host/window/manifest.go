@@ -68,9 +68,18 @@ func Load(dir string) (*Manifest, error) {
 	if err != nil {
 		return m, err
 	}
+	read, err := ParseManifest(data)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w; every window will be rebuilt", ManifestFile, err)
+	}
+	return read, nil
+}
+
+// ParseManifest reads a manifest's JSON.
+func ParseManifest(data []byte) (*Manifest, error) {
 	var read Manifest
 	if err := json.Unmarshal(data, &read); err != nil || read.Format != ManifestFormat || read.Version != ManifestVersion {
-		return m, fmt.Errorf("%s is not a version %d strata manifest; every window will be rebuilt", ManifestFile, ManifestVersion)
+		return nil, fmt.Errorf("not a version %d strata manifest", ManifestVersion)
 	}
 	return &read, nil
 }
