@@ -127,6 +127,9 @@ func (a *binArchive) readPickle() ([]binTensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading data.pkl: %w", a.path, err)
 	}
+	if err := checkPickle(data); err != nil {
+		return nil, fmt.Errorf("%s: invalid pickle: %w", a.path, err)
+	}
 	u := pickle.NewUnpickler(strings.NewReader(string(data)))
 	var refused error
 	u.FindClass = func(module, name string) (any, error) {

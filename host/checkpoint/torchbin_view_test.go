@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -104,4 +105,34 @@ func TestBinViewsAreValidated(t *testing.T) {
 			t.Errorf("converted shard has mode %v: not readable like the rest (0644 less the umask)", info.Mode().Perm())
 		}
 	})
+}
+
+// A pickle that declares more bytes than it has is refused before the
+// unpickler allocates them (found by FuzzBinPickle: gigabytes per input).
+func TestBinPickleLengthsAreBounded(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, pkl string }{
+		{"BINUNICODE of 4 GiB", "\x80\x02X\xf0\xff\xff\xff.."},
+		{"BINBYTES8 of 1 TiB", "\x80\x04\x8e\x00\x00\x00\x00\x00\x01\x00\x00."},
+		{"FRAME of 1 TiB", "\x80\x04\x95\x00\x00\x00\x00\x00\x01\x00\x00}."},
+		{"LONG4 of 2 GiB", "\x80\x02\x8b\x00\x00\x00\x80."},
+		{"no STOP", "\x80\x02}"},
+		{"unknown opcode", "\x80\x02\xff."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			dir := t.TempDir()
+			writeBin(t, filepath.Join(dir, binSingle), []byte(tc.pkl), nil)
+			_, err := ConvertBin(context.Background(), dir, filepath.Join(t.TempDir(), "out"))
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), "corrupt pickle") {
+				t.Fatalf("error %v", err)
+			}
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 256<<20 {
+				t.Errorf("refusing it allocated %d MiB", grew>>20)
+			}
+		})
+	}
 }
