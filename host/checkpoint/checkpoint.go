@@ -95,7 +95,7 @@ func (c *Checkpoint) readConfig() error {
 		return fmt.Errorf("%s: no config.json: not a Hugging Face checkpoint directory", c.Dir)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", c.path(configFile), err)
+		return inFile(c.path(configFile), err)
 	}
 	mt, archs, err := parseConfig(data)
 	if err != nil {
@@ -146,7 +146,7 @@ func (c *Checkpoint) readShards() error {
 			return fmt.Errorf("%s names shard %s, which is missing from %s", c.path(indexFile), name, c.Dir)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.path(name), err)
+			return inFile(c.path(name), err)
 		}
 		if err := c.add(sh); err != nil {
 			return err
@@ -167,7 +167,7 @@ func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
 		return []string{singleFile}, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", c.path(indexFile), err)
+		return nil, nil, inFile(c.path(indexFile), err)
 	}
 	names, weightMap, err := parseIndex(data)
 	if err != nil {
@@ -287,4 +287,13 @@ func (c *Checkpoint) Shard(name string) (*Shard, bool) {
 		}
 	}
 	return nil, false
+}
+
+// inFile names path in err, unless err already does (a NotRegularError).
+func inFile(path string, err error) error {
+	var nr *NotRegularError
+	if errors.As(err, &nr) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
