@@ -215,7 +215,7 @@ func convertShard(ctx context.Context, src string, d *outdir.Dir, dst string) (k
 	if err != nil {
 		return nil, 0, err
 	}
-	w, err := NewWriter(d.Join(dst), f, entries)
+	w, err := NewWriter(d.Join(dst), CancelSink(ctx, f), entries)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", src, err)
 	}

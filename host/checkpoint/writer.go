@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -218,4 +219,32 @@ func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
 		return nil, fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
 	}
 	return data, nil
+}
+
+// writeChunk is how much a cancellable sink writes between checks.
+const writeChunk = 8 << 20
+
+// CancelSink makes a sink's writes stop within a chunk once ctx is
+// cancelled, so a multi-gigabyte tensor does not delay Ctrl-C.
+func CancelSink(ctx context.Context, s Sink) Sink { return &cancelSink{ctx: ctx, Sink: s} }
+
+type cancelSink struct {
+	ctx context.Context
+	Sink
+}
+
+func (s *cancelSink) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if err := s.ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := s.Sink.Write(p[:min(len(p), writeChunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
+	}
+	return n, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func open(t *testing.T, dir string, sources ...string) *Dir {
@@ -237,5 +238,34 @@ func TestDiscardRemovesOnlyWhatItMade(t *testing.T) {
 	d.Discard()
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("a failed run's new directory is still there")
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// A copy stops within a chunk of its cancellation and leaves nothing.
+func TestCopyHonoursCancellation(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := d.Copy(ctx, zeros{}, "checkpoint/endless")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("copy of an endless stream: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the copy stopped %s after its cancellation", took)
+	}
+	entries, _ := os.ReadDir(filepath.Join(out, "checkpoint"))
+	if len(entries) != 0 {
+		t.Errorf("a cancelled copy left %v", entries)
 	}
 }

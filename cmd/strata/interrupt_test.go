@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/internal/testbin"
+)
+
+// temps lists strata's temporary files under dir.
+func temps(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), ".strata-tmp-") {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// Every long phase honours Ctrl-C and SIGTERM within a second, on a
+// header-only Llama-3.1-8B (16 GB of sparse shards): copying shards,
+// materialising weights (whole and per window). The run leaves nothing that
+// looks complete; one killed by SIGKILL leaves temporary files that the
+// next run, and only it, removes.
+func TestInterruptLongPhases(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("writes gigabytes")
+	}
+	plugins := t.TempDir()
+	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
+	ckpt := testbin.HeaderOnly(t, "llama-3.1-8b")
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		signal syscall.Signal
+	}{
+		{"SIGTERM during --link copy", []string{"--link=copy"}, syscall.SIGTERM},
+		{"Ctrl-C during --weights materialize", []string{"--weights=materialize"}, syscall.SIGINT},
+		{"SIGTERM during layerwise materialize", []string{"--weights=materialize", "--layerwise", "--window-size=16", "-j=1"}, syscall.SIGTERM},
+		{"SIGKILL during --link copy", []string{"--link=copy"}, syscall.SIGKILL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			cmd := exec.Command(strataBin, append([]string{"export", ckpt, "--out", out, "--plugin-dir", plugins}, tc.flags...)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			must(t, cmd.Start())
+			waitFor(t, func() bool { return len(temps(out)) > 0 })
+			time.Sleep(100 * time.Millisecond) // well inside the long phase
+			start := time.Now()
+			must(t, cmd.Process.Signal(tc.signal))
+			cmd.Wait()
+			took := time.Since(start)
+			requireNoProcesses(t, plugins)
+			if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
+				t.Fatal("an interrupted export left a model.onnx")
+			}
+			if tc.signal == syscall.SIGKILL {
+				if len(temps(out)) == 0 {
+					t.Fatal("SIGKILL left no temporary file: the case tests nothing")
+				}
+				// The next run cleans them (here a quick hard-link export).
+				if code, _, errOut := strata(t, "export", ckpt, "--out", out, "--plugin-dir", plugins); code != 0 {
+					t.Fatalf("the run after SIGKILL: %s", errOut)
+				}
+				if left := temps(out); len(left) > 0 {
+					t.Fatalf("temporary files of the killed run are still there: %v", left)
+				}
+				return
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted") {
+				t.Fatalf("exit %d:\n%s", code, stderr.String())
+			}
+			if took > time.Second {
+				t.Errorf("strata took %s to stop after %v", took, tc.signal)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Errorf("the interrupted run's new output directory is still there: %v", temps(out))
+			}
+		})
+	}
+}
