@@ -126,7 +126,7 @@ func ConvertBin(ctx context.Context, src, dst string) (res *Converted, err error
 
 // binShards lists the .bin files: those the index names, or the single one.
 func binShards(src string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(src, binIndex))
+	data, err := readRegular(filepath.Join(src, binIndex), maxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Stat(filepath.Join(src, binSingle)); err != nil {
 			return nil, fmt.Errorf("%s: no %s and no %s: not a PyTorch .bin checkpoint", src, binSingle, binIndex)
