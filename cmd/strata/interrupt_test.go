@@ -50,43 +50,59 @@ func TestInterruptLongPhases(t *testing.T) {
 		{"SIGKILL during --link copy", []string{"--link=copy"}, syscall.SIGKILL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := filepath.Join(t.TempDir(), "out")
-			cmd := exec.Command(strataBin, append([]string{"export", ckpt, "--out", out, "--plugin-dir", plugins}, tc.flags...)...)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			must(t, cmd.Start())
-			waitFor(t, func() bool { return len(temps(out)) > 0 })
-			time.Sleep(100 * time.Millisecond) // well inside the long phase
-			start := time.Now()
-			must(t, cmd.Process.Signal(tc.signal))
-			cmd.Wait()
-			took := time.Since(start)
-			requireNoProcesses(t, plugins)
-			if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
-				t.Fatal("an interrupted export left a model.onnx")
-			}
-			if tc.signal == syscall.SIGKILL {
-				if len(temps(out)) == 0 {
-					t.Fatal("SIGKILL left no temporary file: the case tests nothing")
+			// On a loaded machine (2 cores, other packages' tests) a write
+			// can stall in the kernel: a slow stop counts only if it repeats.
+			for attempt := 1; ; attempt++ {
+				took := interruptOnce(t, ckpt, plugins, tc.flags, tc.signal)
+				if took <= time.Second {
+					return
 				}
-				// The next run cleans them (here a quick hard-link export).
-				if code, _, errOut := strata(t, "export", ckpt, "--out", out, "--plugin-dir", plugins); code != 0 {
-					t.Fatalf("the run after SIGKILL: %s", errOut)
+				if attempt == 2 {
+					t.Fatalf("strata took %s to stop after %v (twice)", took, tc.signal)
 				}
-				if left := temps(out); len(left) > 0 {
-					t.Fatalf("temporary files of the killed run are still there: %v", left)
-				}
-				return
-			}
-			if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted") {
-				t.Fatalf("exit %d:\n%s", code, stderr.String())
-			}
-			if took > time.Second {
-				t.Errorf("strata took %s to stop after %v", took, tc.signal)
-			}
-			if _, err := os.Stat(out); !os.IsNotExist(err) {
-				t.Errorf("the interrupted run's new output directory is still there: %v", temps(out))
+				t.Logf("strata took %s to stop after %v; again", took, tc.signal)
 			}
 		})
 	}
+}
+
+// interruptOnce runs one export, signals it inside its long phase, checks
+// what it left, and returns how long it took to stop.
+func interruptOnce(t *testing.T, ckpt, plugins string, flags []string, signal syscall.Signal) time.Duration {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(strataBin, append([]string{"export", ckpt, "--out", out, "--plugin-dir", plugins}, flags...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	waitFor(t, func() bool { return len(temps(out)) > 0 })
+	time.Sleep(100 * time.Millisecond) // well inside the long phase
+	start := time.Now()
+	must(t, cmd.Process.Signal(signal))
+	cmd.Wait()
+	took := time.Since(start)
+	requireNoProcesses(t, plugins)
+	if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
+		t.Fatal("an interrupted export left a model.onnx")
+	}
+	if signal == syscall.SIGKILL {
+		if len(temps(out)) == 0 {
+			t.Fatal("SIGKILL left no temporary file: the case tests nothing")
+		}
+		// The next run cleans them (here a quick hard-link export).
+		if code, _, errOut := strata(t, "export", ckpt, "--out", out, "--plugin-dir", plugins); code != 0 {
+			t.Fatalf("the run after SIGKILL: %s", errOut)
+		}
+		if left := temps(out); len(left) > 0 {
+			t.Fatalf("temporary files of the killed run are still there: %v", left)
+		}
+		return 0
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the interrupted run's new output directory is still there: %v", temps(out))
+	}
+	return took
 }
