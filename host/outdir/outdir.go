@@ -643,6 +643,7 @@ func (d *Dir) Close() error {
 	if d.fd < 0 {
 		return nil
 	}
+	d.cleanTemps([]string{d.session}) // any an error path left
 	d.session = ""
 	err := d.Save()
 	d.release()
@@ -671,6 +672,7 @@ func (d *Dir) Discard() {
 		d.Close()
 		return
 	}
+	d.cleanTemps([]string{d.session})
 	d.RemoveAll(".")
 	unix.Unlinkat(d.fd, ManifestFile, 0)
 	unix.Unlinkat(d.fd, manifestNew, 0)
