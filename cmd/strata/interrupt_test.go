@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -105,4 +106,42 @@ func interruptOnce(t *testing.T, ckpt, plugins string, flags []string, signal sy
 		t.Errorf("the interrupted run's new output directory is still there: %v", temps(out))
 	}
 	return took
+}
+
+// Two exports into one directory at once: the second refuses, naming the
+// first's pid, and writes nothing; the first is undisturbed.
+func TestConcurrentExportsRefuse(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("writes gigabytes")
+	}
+	plugins := t.TempDir()
+	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
+	ckpt := testbin.HeaderOnly(t, "llama-3.1-8b")
+	out := filepath.Join(t.TempDir(), "out")
+	first := exec.Command(strataBin, "export", ckpt, "--out", out, "--plugin-dir", plugins, "--link=copy")
+	must(t, first.Start())
+	defer first.Process.Kill()
+	waitFor(t, func() bool { return len(temps(filepath.Join(out, "checkpoint"))) > 0 }) // copying
+	names := func() string {
+		entries, _ := os.ReadDir(out)
+		var n []string
+		for _, e := range entries {
+			n = append(n, e.Name())
+		}
+		return strings.Join(n, " ")
+	}
+	before := names()
+	code, _, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", plugins)
+	if code == 0 || !strings.Contains(errOut, "another strata process") || !strings.Contains(errOut, fmt.Sprintf("pid %d", first.Process.Pid)) {
+		t.Fatalf("exit %d, want a refusal naming pid %d:\n%s", code, first.Process.Pid, errOut)
+	}
+	if after := names(); after != before {
+		t.Errorf("the refused export changed the directory: %s -> %s", before, after)
+	}
+	must(t, first.Process.Signal(syscall.SIGTERM))
+	first.Wait()
+	if code := first.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("the first export exited %d after SIGTERM, want 130", code)
+	}
 }
