@@ -9,7 +9,7 @@ GENENV  := .venv/gen
 TOOLENV := .venv/tools
 BENCHENV := .venv/bench
 
-.PHONY: all build demo test test-go test-conformance lint fixtures proto bench bench-torch clean
+.PHONY: all build demo test test-go test-conformance lint fuzz fixtures proto bench bench-torch clean
 
 all: build
 
@@ -44,8 +44,9 @@ $(BENCHENV)/.installed: bench/torch/requirements.txt
 	$(BENCHENV)/bin/pip install -q --disable-pip-version-check -r $<
 	touch $@
 
-# Everything CI runs: lint, Go tests, and the conformance suite against ONNX Runtime.
-test: lint test-go test-conformance
+# Everything CI runs: lint, Go tests, a short fuzz run of every parser, and
+# the conformance suite against ONNX Runtime.
+test: lint test-go fuzz test-conformance
 
 lint:
 	$(GO) vet ./...
@@ -55,6 +56,18 @@ lint:
 # from several goroutines.
 test-go:
 	$(GO) test -race ./...
+
+# Go fuzz targets of every parser of untrusted input (package:target), each
+# run for FUZZTIME from its committed seed corpus (testdata/fuzz/<target>).
+# A failure leaves the input in testdata/fuzz: fix it, and commit the input
+# as its regression case. Longer: make fuzz FUZZTIME=10m.
+FUZZTIME ?= 10s
+FUZZ := host/checkpoint:FuzzSafetensorsHeader host/checkpoint:FuzzIndex host/checkpoint:FuzzConfig \
+	host/checkpoint:FuzzBinPickle host/weights:FuzzSpec host/window:FuzzManifest
+fuzz:
+	@for t in $(FUZZ); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "$(GO) test ./$$pkg -run '^$$name$$' -fuzz '^$$name$$' -fuzztime $(FUZZTIME)"; \
+		$(GO) test ./$$pkg -run "^$$name\$$" -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 test-conformance: build $(TESTENV)/.installed
 	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA

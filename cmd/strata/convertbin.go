@@ -21,7 +21,7 @@ func convertBinCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := checkpoint.ConvertBin(dir, c.String("out"))
+			res, err := checkpoint.ConvertBin(c.Context, dir, c.String("out"))
 			if err != nil {
 				return err
 			}
@@ -46,7 +46,7 @@ func openCheckpoint(c *cli.Context, dir, binTo string) (*checkpoint.Checkpoint, 
 		if binTo == "" {
 			return nil, fmt.Errorf("%s is a PyTorch .bin checkpoint: pass --bin-to DIR to convert it to safetensors there once and export that (or run strata convert-bin first)", dir)
 		}
-		res, err := checkpoint.ConvertBin(dir, binTo)
+		res, err := checkpoint.ConvertBin(c.Context, dir, binTo)
 		if err != nil {
 			return nil, err
 		}

@@ -390,7 +390,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 				}
 				return d
 			},
-			wantErr: []string{"notes.txt", "no strata export wrote"},
+			wantErr: []string{"notes.txt", "which strata export did not write"},
 		},
 		"unknown dtype":     {args: []string{"--dtype", "int4"}, wantErr: []string{`"int4"`, "float16", "float32"}},
 		"unknown link mode": {args: []string{"--link", "reflink"}, wantErr: []string{`"reflink"`, "hardlink"}},

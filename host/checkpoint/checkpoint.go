@@ -79,8 +79,12 @@ func OpenFile(path string) (*Checkpoint, error) {
 
 func (c *Checkpoint) path(name string) string { return filepath.Join(c.Dir, name) }
 
+// maxJSONBytes bounds config.json and the index (real ones are kilobytes to
+// a few megabytes).
+const maxJSONBytes = 256 << 20
+
 func (c *Checkpoint) readFile(name string) ([]byte, error) {
-	data, err := os.ReadFile(c.path(name))
+	data, err := readRegular(c.path(name), maxJSONBytes)
 	c.BytesRead += int64(len(data))
 	return data, err
 }
@@ -91,21 +95,44 @@ func (c *Checkpoint) readConfig() error {
 		return fmt.Errorf("%s: no config.json: not a Hugging Face checkpoint directory", c.Dir)
 	}
 	if err != nil {
+		return inFile(c.path(configFile), err)
+	}
+	mt, archs, err := parseConfig(data)
+	if err != nil {
 		return fmt.Errorf("%s: %w", c.path(configFile), err)
 	}
+	c.ConfigJSON, c.ModelType, c.Architectures = data, mt, archs
+	return nil
+}
+
+// parseConfig reads what the host needs of config.json: model_type and
+// architectures.
+func parseConfig(data []byte) (modelType string, architectures []string, err error) {
 	var head struct {
-		ModelType     any      `json:"model_type"`
-		Architectures []string `json:"architectures"`
+		ModelType     any `json:"model_type"`
+		Architectures any `json:"architectures"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return fmt.Errorf("%s: invalid JSON: %w", c.path(configFile), err)
+		return "", nil, fmt.Errorf("invalid JSON: %w", err)
 	}
 	mt, ok := head.ModelType.(string)
 	if !ok || mt == "" {
-		return fmt.Errorf("%s: no \"model_type\" string; strata chooses the architecture plugin by it", c.path(configFile))
+		return "", nil, errors.New("no \"model_type\" string; strata chooses the architecture plugin by it")
 	}
-	c.ConfigJSON, c.ModelType, c.Architectures = data, mt, head.Architectures
-	return nil
+	switch a := head.Architectures.(type) {
+	case nil:
+	case []any:
+		for _, v := range a {
+			name, ok := v.(string)
+			if !ok {
+				return "", nil, fmt.Errorf("\"architectures\" holds %v, not a class name", v)
+			}
+			architectures = append(architectures, name)
+		}
+	default:
+		return "", nil, fmt.Errorf("\"architectures\" is %v, not a list of class names", a)
+	}
+	return mt, architectures, nil
 }
 
 func (c *Checkpoint) readShards() error {
@@ -119,7 +146,7 @@ func (c *Checkpoint) readShards() error {
 			return fmt.Errorf("%s names shard %s, which is missing from %s", c.path(indexFile), name, c.Dir)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.path(name), err)
+			return inFile(c.path(name), err)
 		}
 		if err := c.add(sh); err != nil {
 			return err
@@ -134,29 +161,39 @@ func (c *Checkpoint) readShards() error {
 func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
 	data, err := c.readFile(indexFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(c.path(singleFile)); err != nil {
+		if _, err := os.Lstat(c.path(singleFile)); err != nil {
 			return nil, nil, c.noWeightsError()
 		}
 		return []string{singleFile}, nil, nil
 	}
 	if err != nil {
+		return nil, nil, inFile(c.path(indexFile), err)
+	}
+	names, weightMap, err := parseIndex(data)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", c.path(indexFile), err)
 	}
+	return names, weightMap, nil
+}
+
+// parseIndex reads model.safetensors.index.json: the shard names, sorted,
+// and the weight map.
+func parseIndex(data []byte) ([]string, map[string]string, error) {
 	var idx struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(data, &idx); err != nil {
-		return nil, nil, fmt.Errorf("%s: invalid JSON: %w", c.path(indexFile), err)
+		return nil, nil, fmt.Errorf("invalid JSON: %w", err)
 	}
 	if len(idx.WeightMap) == 0 {
-		return nil, nil, fmt.Errorf("%s: empty or missing \"weight_map\"", c.path(indexFile))
+		return nil, nil, errors.New("empty or missing \"weight_map\"")
 	}
 	seen := map[string]bool{}
 	var names []string
 	for _, file := range idx.WeightMap {
 		if !seen[file] {
 			if err := checkRelative(file); err != nil {
-				return nil, nil, fmt.Errorf("%s: shard %q: %w", c.path(indexFile), file, err)
+				return nil, nil, fmt.Errorf("shard %q: %w", file, err)
 			}
 			seen[file] = true
 			names = append(names, file)
@@ -250,4 +287,13 @@ func (c *Checkpoint) Shard(name string) (*Shard, bool) {
 		}
 	}
 	return nil, false
+}
+
+// inFile names path in err, unless err already does (a NotRegularError).
+func inFile(path string, err error) error {
+	var nr *NotRegularError
+	if errors.As(err, &nr) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }

@@ -1,18 +1,21 @@
 package checkpoint
 
 import (
+	"archive/zip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
-	"github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/sdk/dtype"
 )
 
@@ -56,10 +59,13 @@ type Converted struct {
 
 // ConvertBin writes the PyTorch .bin checkpoint in src as safetensors into
 // dst (the same shard split, model.safetensors[.index.json], and src's other
-// files), one tensor in memory at a time. A dst holding a complete
-// conversion of the same source files is reused as it is.
-func ConvertBin(src, dst string) (*Converted, error) {
-	src, err := filepath.Abs(src)
+// files), one tensor in memory at a time. dst must be new, empty, or an
+// earlier conversion (strata's own files, by its manifest); a dst holding a
+// complete conversion of the same source files is reused as it is. A
+// conversion that fails or is cancelled leaves none of its files behind, so
+// nothing in dst looks like a checkpoint.
+func ConvertBin(ctx context.Context, src, dst string) (res *Converted, err error) {
+	src, err = filepath.Abs(src)
 	if err != nil {
 		return nil, err
 	}
@@ -67,22 +73,39 @@ func ConvertBin(src, dst string) (*Converted, error) {
 	if err != nil {
 		return nil, err
 	}
-	want, err := describeSource(src, shards)
+	want, sources, err := describeSource(src, shards)
 	if err != nil {
 		return nil, err
 	}
-	if reused(dst, want) {
+	d, err := outdir.Open(ctx, dst, outdir.Options{Tool: "convert-bin", Sources: sources})
+	if err != nil {
+		return nil, fmt.Errorf("conversion: %w", err)
+	}
+	defer func() {
+		if err == nil {
+			err = d.Close()
+			return
+		}
+		if d.Created() {
+			d.Discard()
+			return
+		}
+		d.RemoveAll(".")
+		d.Close()
+	}()
+	if reused(d, want) {
 		return &Converted{Dir: dst, Reused: true, Shards: len(shards)}, nil
 	}
-	if err := prepareConversion(dst); err != nil {
+	// An earlier conversion, finished or not: strata's files go.
+	if err := d.RemoveAll("."); err != nil {
 		return nil, err
 	}
-	res := &Converted{Dir: dst, Shards: len(shards)}
+	res = &Converted{Dir: dst, Shards: len(shards)}
 	weightMap := map[string]string{}
 	var total int64
 	for _, shard := range shards {
 		out := safetensorsName(shard, len(shards))
-		keys, bytes, err := convertShard(filepath.Join(src, shard), filepath.Join(dst, out))
+		keys, bytes, err := convertShard(ctx, filepath.Join(src, shard), d, out)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +118,7 @@ func ConvertBin(src, dst string) (*Converted, error) {
 		res.Tensors += len(keys)
 		total += bytes
 	}
-	if err := finishConversion(src, dst, weightMap, total, len(shards), want); err != nil {
+	if err := finishConversion(ctx, src, d, weightMap, total, len(shards), want); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -103,7 +126,7 @@ func ConvertBin(src, dst string) (*Converted, error) {
 
 // binShards lists the .bin files: those the index names, or the single one.
 func binShards(src string) ([]string, error) {
-	data, err := os.ReadFile(filepath.Join(src, binIndex))
+	data, err := readRegular(filepath.Join(src, binIndex), maxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Stat(filepath.Join(src, binSingle)); err != nil {
 			return nil, fmt.Errorf("%s: no %s and no %s: not a PyTorch .bin checkpoint", src, binSingle, binIndex)
@@ -142,20 +165,28 @@ func safetensorsName(bin string, shards int) string {
 	return strings.Replace(name, "pytorch_model", "model", 1)
 }
 
-func describeSource(src string, shards []string) (conversion, error) {
+// describeSource records the source files (for reuse) and lists what the
+// output directory must keep clear of: src and each shard, symlinks resolved.
+func describeSource(src string, shards []string) (conversion, []string, error) {
 	c := conversion{Source: src}
+	sources := []string{src}
 	for _, name := range shards {
-		info, err := os.Stat(filepath.Join(src, name))
+		real, info, err := Resolve(filepath.Join(src, name))
 		if err != nil {
-			return c, fmt.Errorf("%s names %s: %w", src, name, err)
+			return c, nil, fmt.Errorf("%s names %s: %w", src, name, err)
 		}
+		sources = append(sources, real)
 		c.Files = append(c.Files, sourceFile{Name: name, Size: info.Size(), ModTime: info.ModTime().UnixNano()})
 	}
-	return c, nil
+	return c, sources, nil
 }
 
-func reused(dst string, want conversion) bool {
-	data, err := os.ReadFile(filepath.Join(dst, ConvertedMarker))
+// reused reports whether d holds strata's complete conversion of want.
+func reused(d *outdir.Dir, want conversion) bool {
+	if !d.Owned(ConvertedMarker) {
+		return false
+	}
+	data, err := d.ReadFile(ConvertedMarker)
 	if err != nil {
 		return false
 	}
@@ -168,44 +199,8 @@ func reused(dst string, want conversion) bool {
 	return string(a) == string(b)
 }
 
-// prepareConversion requires dst to be new, empty, or an earlier
-// (possibly unfinished) conversion, whose files it removes.
-func prepareConversion(dst string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return fmt.Errorf("conversion directory %s cannot be created: %w", dst, err)
-	}
-	entries, err := os.ReadDir(dst)
-	if err != nil {
-		return err
-	}
-	if len(entries) == 0 {
-		return nil
-	}
-	if _, err := os.Stat(filepath.Join(dst, ConvertedMarker)); err != nil && !hasConvertedFiles(entries) {
-		return fmt.Errorf("conversion directory %s already holds files strata did not write; choose an empty or new directory", dst)
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dst, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// hasConvertedFiles recognises an interrupted conversion: only safetensors
-// shards, their index, json side files and temporary files.
-func hasConvertedFiles(entries []fs.DirEntry) bool {
-	for _, e := range entries {
-		n := e.Name()
-		if !strings.HasSuffix(n, ".safetensors") && !strings.HasSuffix(n, ".json") && !strings.HasPrefix(n, atomic.TempPrefix) {
-			return false
-		}
-	}
-	return true
-}
-
 // convertShard streams one .bin file's tensors into a safetensors file.
-func convertShard(src, dst string) (keys []string, bytes int64, err error) {
+func convertShard(ctx context.Context, src string, d *outdir.Dir, dst string) (keys []string, bytes int64, err error) {
 	a, tensors, err := openBin(src)
 	if err != nil {
 		return nil, 0, err
@@ -216,12 +211,20 @@ func convertShard(src, dst string) (keys []string, bytes int64, err error) {
 		entries[i] = Entry{Name: t.key, DType: t.dtype, Shape: t.shape}
 		keys = append(keys, t.key)
 	}
-	w, err := CreateSafetensors(dst, entries)
+	f, err := d.Create(dst)
 	if err != nil {
 		return nil, 0, err
 	}
+	w, err := NewWriter(d.Join(dst), CancelSink(ctx, f), entries)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", src, err)
+	}
 	for _, t := range tensors {
-		data, err := a.tensorBytes(t)
+		if err := ctx.Err(); err != nil {
+			w.Abort()
+			return nil, 0, err
+		}
+		data, err := a.tensorBytes(ctx, t)
 		if err == nil {
 			err = w.Write(data)
 		}
@@ -234,35 +237,112 @@ func convertShard(src, dst string) (keys []string, bytes int64, err error) {
 	return keys, bytes, w.Close()
 }
 
-// tensorBytes reads a tensor's elements, row-major, from its storage.
-func (a *binArchive) tensorBytes(t binTensor) ([]byte, error) {
+// tensorBytes reads a tensor's elements, row-major, from its storage. The
+// view is checked against the storage's size before anything is allocated.
+func (a *binArchive) tensorBytes(ctx context.Context, t binTensor) ([]byte, error) {
 	f := a.find("data/" + t.storage)
 	if f == nil {
 		return nil, fmt.Errorf("storage %s is missing from the archive", t.storage)
+	}
+	if f.Method != zip.Store {
+		return nil, fmt.Errorf("storage %s is compressed (zip method %d); torch.save stores storages uncompressed: the file is not a torch.save archive", t.storage, f.Method)
+	}
+	info, _ := dtype.FromSafetensors(t.dtype)
+	size := int64(info.Bits / 8)
+	if size <= 0 {
+		return nil, fmt.Errorf("storage %s: dtype %s has no whole-byte size", t.storage, t.dtype)
+	}
+	if f.UncompressedSize64 > uint64(math.MaxInt64) || f.UncompressedSize64 != f.CompressedSize64 {
+		return nil, fmt.Errorf("storage %s: inconsistent sizes in the archive", t.storage)
+	}
+	storageElems := int64(f.UncompressedSize64) / size
+	if err := checkView(t, storageElems); err != nil {
+		return nil, err
 	}
 	r, err := f.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	info, _ := dtype.FromSafetensors(t.dtype)
-	size := int64(info.Bits / 8)
-	storage, err := io.ReadAll(io.LimitReader(r, int64(f.UncompressedSize64)))
-	if err != nil {
-		return nil, err
+	storage := make([]byte, storageElems*size)
+	if _, err := io.ReadFull(r, storage); err != nil {
+		return nil, fmt.Errorf("reading storage %s: %w", t.storage, err)
 	}
-	return gather(storage, t.offset, t.shape, t.stride, size)
+	return gather(ctx, storage, t.offset, t.shape, t.stride, size)
 }
 
-// gather copies a (possibly strided) view out of its storage.
-func gather(storage []byte, offset int64, shape, stride []int64, size int64) ([]byte, error) {
-	n := int64(1)
-	for _, d := range shape {
+// maxDims bounds a tensor's rank (PyTorch allows 64).
+const maxDims = 64
+
+// checkView validates a tensor view against its storage of storageElems
+// elements, with overflow checks: non-negative shape, strides and offset;
+// every element it reaches inside the storage; and no more elements than
+// the storage holds (state dicts hold no broadcast views), which bounds
+// what is allocated by the file's own size.
+func checkView(t binTensor, storageElems int64) error {
+	if len(t.shape) > maxDims || len(t.shape) != len(t.stride) {
+		return fmt.Errorf("tensor view of rank %d with %d strides", len(t.shape), len(t.stride))
+	}
+	if t.offset < 0 {
+		return fmt.Errorf("negative storage offset %d", t.offset)
+	}
+	n, reach := int64(1), t.offset
+	for i, d := range t.shape {
+		s := t.stride[i]
+		if d < 0 || s < 0 {
+			return fmt.Errorf("negative size or stride in shape %v, stride %v", t.shape, t.stride)
+		}
+		if d != 0 && n > math.MaxInt64/d {
+			return fmt.Errorf("shape %v has too many elements", t.shape)
+		}
 		n *= d
+		if d > 0 {
+			if s != 0 && d-1 > (math.MaxInt64-reach)/s {
+				return fmt.Errorf("shape %v with stride %v reaches past any storage", t.shape, t.stride)
+			}
+			reach += (d - 1) * s
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if reach >= storageElems {
+		return fmt.Errorf("view (offset %d, shape %v, stride %v) reaches element %d of a storage of %d elements", t.offset, t.shape, t.stride, reach, storageElems)
+	}
+	if n > storageElems {
+		return fmt.Errorf("view of shape %v holds %d elements, more than its storage's %d (overlapping or broadcast strides %v are not supported in a state dict)", t.shape, n, storageElems, t.stride)
+	}
+	return nil
+}
+
+// gather copies a (possibly strided) view, checked by checkView, out of its
+// storage.
+func gather(ctx context.Context, storage []byte, offset int64, shape, stride []int64, size int64) ([]byte, error) {
+	n := int64(1)
+	contiguous, want := true, int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		n *= shape[i]
+		if shape[i] != 1 && stride[i] != want {
+			contiguous = false
+		}
+		want *= shape[i]
+	}
+	if contiguous || n == 0 {
+		if offset < 0 || n > 0 && (offset+n)*size > int64(len(storage)) {
+			return nil, fmt.Errorf("view reaches past its storage (%d bytes)", len(storage))
+		}
+		out := make([]byte, n*size)
+		copy(out, storage[offset*size:])
+		return out, nil
 	}
 	out := make([]byte, 0, n*size)
 	idx := make([]int64, len(shape))
-	for range n {
+	for k := range n {
+		if k%(1<<20) == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		at := offset
 		for i, j := range idx {
 			at += j * stride[i]
@@ -282,16 +362,17 @@ func gather(storage []byte, offset int64, shape, stride []int64, size int64) ([]
 	return out, nil
 }
 
-// finishConversion writes the index, copies the other files, and writes
-// the marker last.
-func finishConversion(src, dst string, weightMap map[string]string, total int64, shards int, c conversion) error {
+// finishConversion writes the index, copies the other files (regular
+// files, symlinks resolved: a Hugging Face cache's config.json is a link),
+// and writes the marker last.
+func finishConversion(ctx context.Context, src string, d *outdir.Dir, weightMap map[string]string, total int64, shards int, c conversion) error {
 	if shards > 1 {
 		idx := map[string]any{"metadata": map[string]int64{"total_size": total}, "weight_map": weightMap}
 		data, err := json.MarshalIndent(idx, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := atomic.WriteFile(filepath.Join(dst, indexFile), data); err != nil {
+		if err := d.WriteFile(indexFile, data); err != nil {
 			return err
 		}
 	}
@@ -301,19 +382,27 @@ func finishConversion(src, dst string, weightMap map[string]string, total int64,
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if e.Type().IsRegular() && !strings.HasSuffix(n, ".bin") && n != binIndex && !strings.HasSuffix(n, ".safetensors") {
-			data, err := os.ReadFile(filepath.Join(src, n))
-			if err == nil {
-				err = atomic.WriteFile(filepath.Join(dst, n), data)
-			}
-			if err != nil {
-				return err
-			}
+		if strings.HasSuffix(n, ".bin") || n == binIndex || strings.HasSuffix(n, ".safetensors") || n == ConvertedMarker || strings.HasPrefix(n, ".strata-") {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		info, err := os.Stat(filepath.Join(src, n))
+		if err != nil || !info.Mode().IsRegular() {
+			continue // directories, dangling links and special files are not copied
+		}
+		data, err := readRegular(filepath.Join(src, n), maxJSONBytes)
+		if err == nil {
+			err = d.WriteFile(n, data)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	marker, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomic.WriteFile(filepath.Join(dst, ConvertedMarker), marker)
+	return d.WriteFile(ConvertedMarker, marker)
 }

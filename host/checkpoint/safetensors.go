@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 
 	"github.com/strata-llm/strata/sdk/dtype"
@@ -43,7 +42,7 @@ func (t Tensor) Elements() int64 {
 // Shard is one safetensors file.
 type Shard struct {
 	Name        string // relative to the checkpoint directory
-	Path        string // absolute
+	Path        string // absolute, symlinks resolved: the file itself (a Hugging Face cache blob)
 	Size        int64
 	HeaderBytes int64 // 8 + the JSON header length: where tensor data starts
 	Tensors     []Tensor
@@ -61,20 +60,20 @@ type headerEntry struct {
 // github.com/nlpodyssey/safetensors because that library needs the whole
 // file in memory and rejects F8_E4M3, F8_E5M2 and F8_E8M0 tensors.
 func readShard(path, name string, counter *int64) (Shard, error) {
-	f, err := os.Open(path)
+	real, _, err := Resolve(path)
+	if err != nil {
+		return Shard{}, err
+	}
+	f, info, err := OpenRegular(real)
 	if err != nil {
 		return Shard{}, err
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return Shard{}, err
-	}
 	header, err := readHeader(f, info.Size(), counter)
 	if err != nil {
 		return Shard{}, err
 	}
-	sh := Shard{Name: name, Path: path, Size: info.Size(), HeaderBytes: 8 + int64(len(header))}
+	sh := Shard{Name: name, Path: real, Size: info.Size(), HeaderBytes: 8 + int64(len(header))}
 	if sh.Tensors, err = parseHeader(header, sh); err != nil {
 		return Shard{}, err
 	}

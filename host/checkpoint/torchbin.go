@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path"
 	"strings"
 
@@ -56,25 +57,47 @@ var storageDTypes = map[string]string{
 // binArchive is an open .bin file.
 type binArchive struct {
 	path   string
-	zip    *zip.ReadCloser
+	zip    *zip.Reader
+	file   io.Closer
 	prefix string // the archive's top directory
 }
 
+// openBin opens a .bin file (a regular file only: a FIFO never hangs it)
+// and reads its tensors' locations.
 func openBin(p string) (*binArchive, []binTensor, error) {
-	z, err := zip.OpenReader(p)
+	f, info, err := OpenRegular(p)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: not a zip-format PyTorch file (torch.save since 1.6): %w", p, err)
+		return nil, nil, err
 	}
-	a := &binArchive{path: p, zip: z}
+	a, tensors, err := readBin(p, f, info.Size())
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	a.file = f
+	return a, tensors, nil
+}
+
+// readBin reads the tensors' locations from a .bin archive of size bytes.
+func readBin(name string, r io.ReaderAt, size int64) (*binArchive, []binTensor, error) {
+	z, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: not a zip-format PyTorch file (torch.save since 1.6): %w", name, err)
+	}
+	a := &binArchive{path: name, zip: z}
 	tensors, err := a.readPickle()
 	if err != nil {
-		z.Close()
 		return nil, nil, err
 	}
 	return a, tensors, nil
 }
 
-func (a *binArchive) Close() error { return a.zip.Close() }
+func (a *binArchive) Close() error {
+	if a.file != nil {
+		return a.file.Close()
+	}
+	return nil
+}
 
 func (a *binArchive) find(name string) *zip.File {
 	for _, f := range a.zip.File {
@@ -103,6 +126,9 @@ func (a *binArchive) readPickle() ([]binTensor, error) {
 	data, err := readZipFile(pkl)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading data.pkl: %w", a.path, err)
+	}
+	if err := checkPickle(data); err != nil {
+		return nil, fmt.Errorf("%s: invalid pickle: %w", a.path, err)
 	}
 	u := pickle.NewUnpickler(strings.NewReader(string(data)))
 	var refused error
@@ -136,13 +162,24 @@ func load(u *pickle.Unpickler) (v any, err error) {
 	return u.Load()
 }
 
+// maxPickleBytes bounds data.pkl (a state dict's pickle is kilobytes to a
+// few megabytes; the tensor data is elsewhere).
+const maxPickleBytes = 256 << 20
+
 func readZipFile(f *zip.File) ([]byte, error) {
+	if f.UncompressedSize64 > maxPickleBytes {
+		return nil, fmt.Errorf("%s is %d bytes, implausibly large", f.Name, f.UncompressedSize64)
+	}
 	r, err := f.Open()
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, maxPickleBytes+1))
+	if err == nil && len(data) > maxPickleBytes {
+		err = fmt.Errorf("%s holds more than %d bytes, implausibly large", f.Name, maxPickleBytes)
+	}
+	return data, err
 }
 
 // allowedGlobal returns what stands for the few globals a state dict needs.
@@ -189,7 +226,13 @@ func (rebuildTensor) Call(args ...any) (any, error) {
 	if !ok || !ok2 || err1 != nil || err2 != nil || len(shape) != len(stride) {
 		return nil, fmt.Errorf("_rebuild_tensor_v2 with unexpected arguments")
 	}
-	return binTensor{dtype: st.dtype, shape: shape, stride: stride, offset: int64(offset), storage: st.key}, nil
+	t := binTensor{dtype: st.dtype, shape: shape, stride: stride, offset: int64(offset), storage: st.key}
+	// The storage's size is checked when its bytes are read; what can be
+	// refused without it is refused here, before anything is allocated.
+	if err := checkView(t, math.MaxInt64); err != nil {
+		return nil, fmt.Errorf("_rebuild_tensor_v2: %w", err)
+	}
+	return t, nil
 }
 
 // rebuildParameter is torch._utils._rebuild_parameter(data, ...): a

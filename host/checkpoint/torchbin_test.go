@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func TestBinRefusesAnythingButTensors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeBin(t, filepath.Join(dir, binSingle), []byte(tc.pkl), nil)
-			_, err := ConvertBin(dir, filepath.Join(t.TempDir(), "out"))
+			_, err := ConvertBin(context.Background(), dir, filepath.Join(t.TempDir(), "out"))
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), binSingle) {
 				t.Errorf("error %v, want it to name the file and say %q", err, tc.want)
 			}
@@ -73,7 +74,7 @@ func TestBinNotAZip(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, binSingle), []byte("legacy pickle"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ConvertBin(dir, filepath.Join(t.TempDir(), "out"))
+	_, err := ConvertBin(context.Background(), dir, filepath.Join(t.TempDir(), "out"))
 	if err == nil || !strings.Contains(err.Error(), "not a zip-format PyTorch file") {
 		t.Errorf("error %v", err)
 	}
@@ -93,13 +94,13 @@ func TestGatherStridedViews(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := gather(storage, tc.offset, tc.shape, tc.stride, 1)
+			got, err := gather(context.Background(), storage, tc.offset, tc.shape, tc.stride, 1)
 			if err != nil || !slices.Equal(got, tc.want) {
 				t.Errorf("gather = %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
-	if _, err := gather(storage, 10, []int64{4}, []int64{1}, 1); err == nil {
+	if _, err := gather(context.Background(), storage, 10, []int64{4}, []int64{1}, 1); err == nil {
 		t.Error("a view past its storage was read")
 	}
 }
@@ -109,7 +110,7 @@ func TestGatherStridedViews(t *testing.T) {
 func TestConvertBinTwin(t *testing.T) {
 	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded")
 	dst := filepath.Join(t.TempDir(), "converted")
-	res, err := ConvertBin(filepath.Join(fixture, "model-bin"), dst)
+	res, err := ConvertBin(context.Background(), filepath.Join(fixture, "model-bin"), dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestConvertBinTwin(t *testing.T) {
 			t.Errorf("tensor %s differs from transformers' safetensors", k)
 		}
 	}
-	again, err := ConvertBin(filepath.Join(fixture, "model-bin"), dst)
+	again, err := ConvertBin(context.Background(), filepath.Join(fixture, "model-bin"), dst)
 	if err != nil || !again.Reused {
 		t.Errorf("second conversion: %+v, %v", again, err)
 	}
@@ -137,7 +138,7 @@ func TestConvertBinTwin(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ConvertBin(filepath.Join(fixture, "model-bin"), foreign); err == nil || !strings.Contains(err.Error(), "did not write") {
+	if _, err := ConvertBin(context.Background(), filepath.Join(fixture, "model-bin"), foreign); err == nil || !strings.Contains(err.Error(), "did not write") {
 		t.Errorf("converted into a directory of other files: %v", err)
 	}
 }

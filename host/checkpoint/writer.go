@@ -1,9 +1,11 @@
 package checkpoint
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,21 +27,38 @@ type Entry struct {
 // succeeds. (Written here, not with github.com/nlpodyssey/safetensors: that
 // library needs every tensor in memory at once and has no FP8 dtypes.)
 type Writer struct {
-	path, tmp string
-	f         *os.File
-	entries   []Entry
-	offsets   []int64 // absolute file offset of each entry's data
-	sizes     []int64
-	next      int
+	path    string
+	sink    Sink
+	entries []Entry
+	offsets []int64 // absolute file offset of each entry's data
+	sizes   []int64
+	next    int
 }
 
-// CreateSafetensors starts path with the given tensors, in this order.
+// Sink receives a file's bytes and puts the file in place on Commit (an
+// output directory's file, see host/outdir); Abort discards it.
+type Sink interface {
+	io.Writer
+	Commit() error
+	Abort()
+}
+
+// CreateSafetensors starts path with the given tensors, in this order,
+// through a temporary file beside it.
 func CreateSafetensors(path string, entries []Entry) (*Writer, error) {
-	l, err := Layout(entries)
+	if _, err := Layout(entries); err != nil {
+		return nil, err
+	}
+	sink, err := FileSink(path)
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{path: path, entries: entries, offsets: l.Offsets, sizes: l.Sizes}
+	return NewWriter(path, sink, entries)
+}
+
+// FileSink writes path through a temporary file beside it, renamed into
+// place on Commit (outside an output directory strata owns: tools, tests).
+func FileSink(path string) (Sink, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -47,14 +66,55 @@ func CreateSafetensors(path string, entries []Entry) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.f, w.tmp = f, f.Name()
+	return &tempSink{f: f, path: path}, nil
+}
+
+// NewWriter writes a safetensors file of the given tensors, in this order,
+// into sink; name is for messages.
+func NewWriter(name string, sink Sink, entries []Entry) (*Writer, error) {
+	l, err := Layout(entries)
+	if err != nil {
+		sink.Abort()
+		return nil, err
+	}
+	w := &Writer{path: name, sink: sink, entries: entries, offsets: l.Offsets, sizes: l.Sizes}
 	var length [8]byte
 	binary.LittleEndian.PutUint64(length[:], uint64(len(l.Header)))
-	if _, err := f.Write(append(length[:], l.Header...)); err != nil {
+	if _, err := sink.Write(append(length[:], l.Header...)); err != nil {
 		w.Abort()
-		return nil, fmt.Errorf("writing %s: %w", path, err)
+		return nil, fmt.Errorf("writing %s: %w", name, err)
 	}
 	return w, nil
+}
+
+// tempSink is a temporary file renamed to path on Commit, mode 0644 less
+// the umask.
+type tempSink struct {
+	f    *os.File
+	path string
+}
+
+func (s *tempSink) Write(p []byte) (int, error) { return s.f.Write(p) }
+
+func (s *tempSink) Commit() error {
+	err := s.f.Chmod(0o644 &^ atomic.Umask())
+	if err == nil {
+		err = s.f.Close()
+	} else {
+		s.f.Close()
+	}
+	if err == nil {
+		err = os.Rename(s.f.Name(), s.path)
+	}
+	if err != nil {
+		os.Remove(s.f.Name())
+	}
+	return err
+}
+
+func (s *tempSink) Abort() {
+	s.f.Close()
+	os.Remove(s.f.Name())
 }
 
 // FileLayout is where a safetensors file of given entries puts everything.
@@ -116,7 +176,7 @@ func (w *Writer) Write(data []byte) error {
 	if int64(len(data)) != w.sizes[w.next] {
 		return fmt.Errorf("%s: tensor %s has %d bytes, declared %d", w.path, w.entries[w.next].Name, len(data), w.sizes[w.next])
 	}
-	if _, err := w.f.Write(data); err != nil {
+	if _, err := w.sink.Write(data); err != nil {
 		return fmt.Errorf("writing %s: %w", w.path, err)
 	}
 	w.next++
@@ -129,22 +189,14 @@ func (w *Writer) Close() error {
 		w.Abort()
 		return fmt.Errorf("%s: %d of %d tensors written", w.path, w.next, len(w.entries))
 	}
-	if err := w.f.Close(); err != nil {
-		os.Remove(w.tmp)
-		return fmt.Errorf("writing %s: %w", w.path, err)
-	}
-	if err := os.Rename(w.tmp, w.path); err != nil {
-		os.Remove(w.tmp)
+	if err := w.sink.Commit(); err != nil {
 		return fmt.Errorf("writing %s: %w", w.path, err)
 	}
 	return nil
 }
 
 // Abort discards the unfinished file.
-func (w *Writer) Abort() {
-	w.f.Close()
-	os.Remove(w.tmp)
-}
+func (w *Writer) Abort() { w.sink.Abort() }
 
 // ReadTensor reads a tensor's stored bytes (materialising reads data; an
 // export by reference never calls this).
@@ -153,7 +205,11 @@ func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("tensor %s is not in the checkpoint", key)
 	}
-	f, err := os.Open(filepath.Join(c.Dir, t.Shard))
+	path := filepath.Join(c.Dir, t.Shard)
+	if sh, ok := c.Shard(t.Shard); ok && sh.Path != "" {
+		path = sh.Path
+	}
+	f, _, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -163,4 +219,32 @@ func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
 		return nil, fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
 	}
 	return data, nil
+}
+
+// writeChunk is how much a cancellable sink writes between checks.
+const writeChunk = 8 << 20
+
+// CancelSink makes a sink's writes stop within a chunk once ctx is
+// cancelled, so a multi-gigabyte tensor does not delay Ctrl-C.
+func CancelSink(ctx context.Context, s Sink) Sink { return &cancelSink{ctx: ctx, Sink: s} }
+
+type cancelSink struct {
+	ctx context.Context
+	Sink
+}
+
+func (s *cancelSink) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if err := s.ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := s.Sink.Write(p[:min(len(p), writeChunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
+	}
+	return n, nil
 }

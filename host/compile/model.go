@@ -6,11 +6,12 @@ package compile
 
 import (
 	"fmt"
-	"os"
+	"io"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -33,9 +34,15 @@ type Model struct {
 }
 
 func readProto(path string) (*onnxpb.ModelProto, error) {
-	data, err := os.ReadFile(path)
+	// A model is a regular file: a FIFO or a device would block or never end.
+	f, info, err := checkpoint.OpenRegular(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	data := make([]byte, info.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	var m onnxpb.ModelProto
 	if err := proto.Unmarshal(data, &m); err != nil {

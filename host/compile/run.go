@@ -55,15 +55,20 @@ func (j *Job) script(compiler string) []byte {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# Written by strata compile; replays this compilation. QAIC_COMPILE overrides the compiler.\nset -e\n")
 	b.WriteString("cd \"$(dirname \"$0\")\"\n")
-	fmt.Fprintf(&b, "QAIC_COMPILE=\"${QAIC_COMPILE:-%s}\"\n", compiler)
-	fmt.Fprintf(&b, "rm -rf %s\n\"$QAIC_COMPILE\"", partialBinaryDir)
+	// The default compiler path is single-quoted on its own line: inside
+	// "${QAIC_COMPILE:-...}" a $(...) or backquote in it would run.
+	fmt.Fprintf(&b, "if [ -z \"${QAIC_COMPILE:-}\" ]; then QAIC_COMPILE=%s; fi\n", shellQuote(compiler))
+	fmt.Fprintf(&b, "rm -rf %s\n\"$QAIC_COMPILE\"", shellQuote(partialBinaryDir))
 	for _, a := range j.Args {
 		b.WriteString(" " + shellQuote(a))
 	}
-	fmt.Fprintf(&b, "\nrm -rf %s\nmv %s %s\n", BinaryDir, partialBinaryDir, BinaryDir)
+	fmt.Fprintf(&b, "\nrm -rf %s\nmv %s %s\n", shellQuote(BinaryDir), shellQuote(partialBinaryDir), shellQuote(BinaryDir))
 	return []byte(b.String())
 }
 
+// shellQuote quotes s for POSIX sh: as it is when it holds only characters
+// sh never interprets, else in single quotes, where each single quote
+// closes the quoting, is written backslash-escaped, and reopens it.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./,:+@%", r))

@@ -113,12 +113,14 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
 		return nil, err
 	}
-	if e.out, err = prepareOut(e.opts.Out); err != nil {
+	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			e.out.discard()
+			e.out.Discard()
+		} else {
+			err = e.out.Close()
 		}
 	}()
 	if e.opts.Layerwise {
@@ -217,7 +219,7 @@ func (e *exporter) whole() (*Result, error) {
 func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.Table) (int, error) {
 	extra := map[string][]byte{}
 	if e.opts.WeightSpec == weights.QAICSpec {
-		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.dir)
+		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.Path())
 		if err != nil {
 			return 0, err
 		}
@@ -231,8 +233,10 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	for _, s := range e.separate {
 		extra[s.file] = s.data
 		specs = append(specs, s.spec)
-		if err := s.table.Materialize(e.out.path(s.table.DataPath)); err != nil {
-			return 0, err
+		if s.table.Materializing() {
+			if err := e.out.materialize(e.ctx, s.table); err != nil {
+				return 0, err
+			}
 		}
 	}
 	all, err := weights.Merge(specs)
@@ -243,7 +247,7 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return len(model), e.out.write(e.ckpt, spec, model, t, extra)
+	return len(model), e.out.write(e.ctx, e.ckpt, spec, model, t, extra)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).

@@ -1,10 +1,10 @@
 package export
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -13,7 +13,6 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/window"
-	"github.com/strata-llm/strata/internal/atomic"
 	"github.com/strata-llm/strata/sdk"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -31,10 +30,10 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err := e.out.removeModel(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(e.out.path(window.Dir), 0o755); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", e.out.path(window.Dir), err)
+	if err := e.out.MkdirAll(window.Dir); err != nil {
+		return nil, err
 	}
-	manifest, warning := window.Load(e.out.dir)
+	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
 	written, kept, err := e.exportWindows(spans, manifest)
 	if err != nil {
@@ -79,7 +78,7 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (writt
 			defer mu.Unlock()
 			if err == nil && !unchanged {
 				m.Record(entry)
-				err = m.Save(e.out.dir)
+				err = m.Save(e.out)
 			}
 			if err != nil && firstErr == nil {
 				firstErr = err
@@ -112,7 +111,7 @@ func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mute
 		return window.Entry{}, false, err
 	}
 	mu.Lock()
-	unchanged := m.Unchanged(e.out.dir, s, inputs)
+	unchanged := m.Unchanged(e.out.Path(), s, inputs)
 	mu.Unlock()
 	if unchanged {
 		return window.Entry{}, true, nil
@@ -131,17 +130,16 @@ func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mute
 	}
 	entry := window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}
 	if a.table.Materializing() {
-		path := e.out.path(a.table.DataPath)
-		if err := a.table.Materialize(path); err != nil {
+		if err := e.out.materialize(e.ctx, a.table); err != nil {
 			return window.Entry{}, false, err
 		}
-		sum, err := window.HashFile(path)
+		sum, err := window.HashFile(e.out.path(a.table.DataPath))
 		if err != nil {
 			return window.Entry{}, false, err
 		}
 		entry.Files = map[string]string{a.table.DataPath: sum}
 	}
-	if err := atomic.WriteFile(e.out.path(s.File()), data); err != nil {
+	if err := e.out.WriteFile(s.File(), data); err != nil {
 		return window.Entry{}, false, err
 	}
 	return entry, false, nil
@@ -230,7 +228,10 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 func (e *exporter) stitch(spans []window.Span) (*onnxpb.ModelProto, *weights.Spec, error) {
 	models := make([]window.Model, len(spans))
 	for i, s := range spans {
-		data, err := os.ReadFile(e.out.path(s.File()))
+		if err := e.ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		data, err := e.out.ReadFile(s.File())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -260,7 +261,7 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 			return err
 		}
 	} else {
-		if err := os.RemoveAll(e.out.path(window.Dir)); err != nil {
+		if err := e.out.RemoveAll(window.Dir); err != nil {
 			return err
 		}
 		m.Windows = nil
@@ -270,7 +271,7 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 		return err
 	}
 	m.Model = &window.Output{File: ModelFile, SHA256: sum}
-	return m.Save(e.out.dir)
+	return m.Save(e.out)
 }
 
 // linkWindowShards gives windows/ the same checkpoint/ links as the model,
@@ -278,12 +279,16 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 // links (same filesystem by construction), or symlinks to the source.
 func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
 	for _, f := range spec.Files {
-		src, mode := o.path(f.Path), weights.LinkHard
+		src, mode := filepath.Join(o.Abs(), filepath.FromSlash(f.Path)), weights.LinkHard
 		if f.Link == weights.LinkSymlink {
-			src, mode = filepath.Join(ckpt.Dir, f.Source), weights.LinkSymlink
+			sh, ok := ckpt.Shard(f.Source)
+			if !ok {
+				return fmt.Errorf("the spec names shard %s, which the checkpoint does not have", f.Source)
+			}
+			src, mode = sh.Path, weights.LinkSymlink
 		}
-		dst := filepath.Join(o.path(window.Dir), filepath.FromSlash(f.Path))
-		if err := weights.LinkShard(src, dst, mode); err != nil {
+		dst := window.Dir + "/" + f.Path
+		if err := weights.LinkShard(context.Background(), o.Dir, src, dst, mode); err != nil {
 			return fmt.Errorf("linking shard %s for the windows: %w", f.Source, err)
 		}
 	}

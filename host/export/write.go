@@ -1,82 +1,47 @@
 package export
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/weights"
-	"github.com/strata-llm/strata/host/window"
-	"github.com/strata-llm/strata/internal/atomic"
 )
 
-// outDir is a validated, writable output directory.
-type outDir struct {
-	dir     string
-	created bool // by this export: removed again if the export fails
-}
+// outDir is the export's output directory: strata replaces and deletes in
+// it only what it wrote there itself (host/outdir).
+type outDir struct{ *outdir.Dir }
 
-func (o outDir) path(name string) string { return filepath.Join(o.dir, filepath.FromSlash(name)) }
+func (o outDir) path(name string) string { return o.Join(name) }
 
-// ours are the names an export writes; a directory holding only these (and
-// our temporary files) is a previous export and may be overwritten.
-var ours = map[string]bool{ModelFile: true, SpecFile: true, weights.QAICSpecFile: true, weights.DataDir: true, WeightsDir: true, window.Dir: true, window.ManifestFile: true}
-
-// prepareOut creates dir if needed and checks it is writable and holds
-// nothing but a previous export, without changing anything in it.
-func prepareOut(dir string) (outDir, error) {
-	if dir == "" {
-		return outDir{}, errors.New("no output directory: pass --out DIR")
+// prepareOut opens (creating it if needed) and locks the output directory,
+// refusing one that holds anything but strata's earlier export or that
+// holds the checkpoint, without changing anything in it.
+func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint) (outDir, error) {
+	sources := []string{ckpt.Dir}
+	for _, sh := range ckpt.Shards {
+		sources = append(sources, sh.Path)
 	}
-	_, statErr := os.Stat(dir)
-	created := errors.Is(statErr, fs.ErrNotExist)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return outDir{}, fmt.Errorf("output directory %s cannot be created: %w", dir, err)
-	}
-	entries, err := os.ReadDir(dir)
+	d, err := outdir.Open(ctx, dir, outdir.Options{Tool: "export", Sources: sources})
 	if err != nil {
-		return outDir{}, fmt.Errorf("output directory %s: %w", dir, err)
+		return outDir{}, err
 	}
-	for _, e := range entries {
-		// <name>.onnx: a separate model an earlier export wrote.
-		if !ours[e.Name()] && !strings.HasPrefix(e.Name(), atomic.TempPrefix) && !(e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".onnx")) {
-			return outDir{}, fmt.Errorf("output directory %s already holds %s, which no strata export wrote; "+
-				"choose an empty or new directory (strata overwrites only its own earlier exports)", dir, e.Name())
-		}
-	}
-	probe, err := os.CreateTemp(dir, atomic.TempPrefix+"probe-*")
-	if err != nil {
-		return outDir{}, fmt.Errorf("output directory %s is not writable: %w", dir, err)
-	}
-	probe.Close()
-	os.Remove(probe.Name())
-	return outDir{dir: dir, created: created}, nil
-}
-
-// discard removes the directory after a failed export if this export
-// created it: everything in it is then ours.
-func (o outDir) discard() {
-	if o.created {
-		os.RemoveAll(o.dir)
-	}
+	return outDir{d}, nil
 }
 
 // write commits an export: the old model.onnx goes first (a model.onnx
 // present means a complete export), then shards, materialised weights (t,
 // unless nil), spec, and model.onnx last.
-func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte, t *weights.Table, extra map[string][]byte) error {
+func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []byte, t *weights.Table, extra map[string][]byte) error {
 	if err := o.removeModel(); err != nil {
 		return err
 	}
-	if err := o.linkShards(ckpt, spec); err != nil {
+	if err := o.linkShards(ctx, ckpt, spec); err != nil {
 		return err
 	}
 	if t != nil && t.Materializing() {
-		if err := t.Materialize(o.path(t.DataPath)); err != nil {
+		if err := o.materialize(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -87,15 +52,27 @@ func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []b
 	if err != nil {
 		return err
 	}
-	if err := atomic.WriteFile(o.path(SpecFile), specJSON); err != nil {
+	if err := o.WriteFile(SpecFile, specJSON); err != nil {
 		return err
 	}
 	for name, data := range extra {
-		if err := atomic.WriteFile(o.path(name), data); err != nil {
+		if err := o.WriteFile(name, data); err != nil {
 			return err
 		}
 	}
-	return atomic.WriteFile(o.path(ModelFile), model)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return o.WriteFile(ModelFile, model)
+}
+
+// materialize writes t's data file.
+func (o outDir) materialize(ctx context.Context, t *weights.Table) error {
+	f, err := o.Create(t.DataPath)
+	if err != nil {
+		return err
+	}
+	return t.Materialize(ctx, o.path(t.DataPath), f)
 }
 
 // pruneWeights removes materialised weight files no weight of spec uses
@@ -103,48 +80,40 @@ func (o outDir) write(ckpt *checkpoint.Checkpoint, spec *weights.Spec, model []b
 func (o outDir) pruneWeights(spec *weights.Spec) error {
 	keep := map[string]bool{}
 	for _, f := range spec.Files {
-		keep[o.path(f.Path)] = true
+		keep[f.Path] = true
 	}
-	dir := o.path(WeightsDir)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || keep[path] {
-			return err
-		}
-		return os.Remove(path)
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
+	return o.Prune(WeightsDir, keep)
 }
 
 // removeModel removes a previous model.onnx: from now until the new one is
 // renamed into place, no model.onnx may look complete.
 func (o outDir) removeModel() error {
-	if err := os.Remove(o.path(ModelFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := o.Remove(ModelFile); err != nil {
 		return fmt.Errorf("removing the previous %s: %w", o.path(ModelFile), err)
 	}
 	return nil
 }
 
 // linkShards makes every shard the spec names reachable inside the output
-// directory and removes shards a previous export left that this one does not use.
-func (o outDir) linkShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
+// directory (the shard's own file, a Hugging Face cache link resolved) and
+// removes the links a previous export left that this one does not use.
+func (o outDir) linkShards(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
 	keep := map[string]bool{}
 	for _, f := range spec.Files {
 		if f.Kind != weights.KindCheckpoint {
 			continue
 		}
-		dst := o.path(f.Path)
-		keep[dst] = true
-		if err := weights.LinkShard(filepath.Join(ckpt.Dir, f.Source), dst, f.Link); err != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sh, ok := ckpt.Shard(f.Source)
+		if !ok {
+			return fmt.Errorf("the spec names shard %s, which the checkpoint does not have", f.Source)
+		}
+		keep[f.Path] = true
+		if err := weights.LinkShard(ctx, o.Dir, sh.Path, f.Path, f.Link); err != nil {
 			return fmt.Errorf("linking shard %s: %w", f.Source, err)
 		}
 	}
-	return filepath.WalkDir(o.path(weights.DataDir), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || keep[path] {
-			return err
-		}
-		return os.Remove(path)
-	})
+	return o.Prune(weights.DataDir, keep)
 }

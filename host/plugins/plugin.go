@@ -140,15 +140,39 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 	return resp, err
 }
 
-// Kill stops the plugin process (gracefully, then by force after 2 s).
+// killGrace is how long a plugin has to exit when asked (go-plugin waits
+// 2 s, then kills the plugin process, but not what it started).
+const killGrace = 2500 * time.Millisecond
+
+// Kill stops the plugin process (gracefully, then by force after 2 s) and
+// everything in its process group. A child of the plugin that keeps the
+// plugin's stdout open would leave go-plugin waiting for the pipe for ever:
+// killing the group closes it.
 func (p *Plugin) Kill() {
-	if p.client != nil && !p.client.Exited() && p.cmd.Process != nil {
-		if rss, ok := procstat.PeakRSS(p.cmd.Process.Pid); ok {
-			p.PeakRSS = max(p.PeakRSS, rss)
+	if p.client == nil {
+		return
+	}
+	pid := 0
+	if p.cmd.Process != nil {
+		pid = p.cmd.Process.Pid
+		if !p.client.Exited() {
+			if rss, ok := procstat.PeakRSS(pid); ok {
+				p.PeakRSS = max(p.PeakRSS, rss)
+			}
 		}
 	}
-	if p.client != nil {
-		p.client.Kill()
+	done := make(chan struct{})
+	go func() { p.client.Kill(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(killGrace):
+	}
+	killGroup(pid)
+	select {
+	case <-done:
+	case <-time.After(killGrace):
+		// Nothing of the group is left to hold a pipe; go-plugin's
+		// goroutines end when the kernel closes it.
 	}
 }
 

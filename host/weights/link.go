@@ -1,14 +1,14 @@
 package weights
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
+	"path"
 	"syscall"
 
-	"github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/outdir"
 )
 
 // DataDir is the directory, inside the output directory, through which the
@@ -29,75 +29,39 @@ const (
 // LinkModes lists the accepted --link values.
 var LinkModes = []string{LinkHard, LinkCopy, LinkSymlink}
 
-// LinkShard makes dst reach src by mode. An existing dst that already is src
-// (a re-export) is kept; any other is replaced.
-func LinkShard(src, dst, mode string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	if same(src, dst, mode) {
-		return nil
-	}
-	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
+// LinkShard makes rel inside d reach the shard file src (absolute, symlinks
+// resolved: the file itself, not a Hugging Face cache link to it) by mode.
+// An existing rel that already is src (a re-export) is kept; strata's own
+// earlier file is replaced; anything else is refused by d. A copy stops
+// when ctx is cancelled.
+func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string) error {
 	switch mode {
 	case LinkHard:
-		return hardLink(src, dst)
+		return hardLink(d, src, rel)
 	case LinkSymlink:
-		return os.Symlink(src, dst)
+		return d.Symlink(src, rel)
 	case LinkCopy:
-		return copyFile(src, dst)
+		f, _, err := checkpoint.OpenRegular(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return d.Copy(ctx, f, rel)
 	default:
 		return fmt.Errorf("unknown link mode %q", mode)
 	}
 }
 
-func same(src, dst, mode string) bool {
-	if mode == LinkCopy {
-		return false
-	}
-	if mode == LinkSymlink {
-		target, err := os.Readlink(dst)
-		return err == nil && target == src
-	}
-	a, errA := os.Stat(src)
-	b, errB := os.Lstat(dst)
-	return errA == nil && errB == nil && os.SameFile(a, b)
-}
-
-func hardLink(src, dst string) error {
-	err := os.Link(src, dst)
+func hardLink(d *outdir.Dir, src, rel string) error {
+	err := d.Link(src, rel)
+	into := path.Dir(d.Join(rel))
 	if errors.Is(err, syscall.EXDEV) {
 		return fmt.Errorf("cannot hard-link %s into %s: they are on different filesystems; "+
 			"put --out on the checkpoint's filesystem, or pass --link copy (copies the shards) "+
-			"or --link symlink (for compilers that read the checkpoint themselves; ONNX Runtime refuses it)", src, filepath.Dir(dst))
+			"or --link symlink (for compilers that read the checkpoint themselves; ONNX Runtime refuses it)", src, into)
 	}
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
-		return fmt.Errorf("cannot hard-link %s into %s (%w): the filesystem or permissions forbid it; pass --link copy or --link symlink", src, filepath.Dir(dst), err)
+		return fmt.Errorf("cannot hard-link %s into %s (%w): the filesystem or permissions forbid it; pass --link copy or --link symlink", src, into, err)
 	}
 	return err
-}
-
-// copyFile copies through a temporary name so a half-copied shard never
-// sits under the final name.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), atomic.TempPrefix+"copy-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return fmt.Errorf("copying %s: %w", src, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), dst)
 }

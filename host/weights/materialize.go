@@ -1,9 +1,11 @@
 package weights
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/sdk/dtype"
 )
 
@@ -38,18 +40,24 @@ func (t *Table) Layout() error {
 }
 
 // Materialize computes every weight in Go from the checkpoint's bytes and
-// writes the data file at path, holding one weight (and its sources) in
-// memory at a time. The file appears only when complete.
-func (t *Table) Materialize(path string) error {
+// writes the data file (named name in messages) into sink, holding one
+// weight (and its sources) in memory at a time. The file appears only when
+// complete; a cancelled ctx stops it between weights.
+func (t *Table) Materialize(ctx context.Context, name string, sink checkpoint.Sink) error {
 	if t.mode != Materialize || len(t.order) == 0 {
+		sink.Abort()
 		return nil
 	}
-	w, err := checkpoint.CreateSafetensors(path, t.entries())
+	w, err := checkpoint.NewWriter(name, checkpoint.CancelSink(ctx, sink), t.entries())
 	if err != nil {
 		return err
 	}
 	for _, name := range t.order {
-		data, err := t.weights[name].expr.Eval(t.ckpt.ReadTensor)
+		if err := ctx.Err(); err != nil {
+			w.Abort()
+			return err
+		}
+		data, err := evalContext(ctx, t.weights[name].expr, t.ckpt.ReadTensor)
 		if err == nil {
 			err = w.Write(data.Bytes)
 		}
@@ -63,3 +71,28 @@ func (t *Table) Materialize(path string) error {
 
 // Materializing reports whether the table writes a data file.
 func (t *Table) Materializing() bool { return t.mode == Materialize && len(t.order) > 0 }
+
+// evalContext evaluates e, returning as soon as ctx is cancelled: one
+// weight of a large model (an embedding cast to float32) can take many
+// seconds. The abandoned evaluation only computes in memory and ends with
+// the tensor; nothing is written from it.
+func evalContext(ctx context.Context, e *transform.Expr, read transform.Reader) (transform.Data, error) {
+	if err := ctx.Err(); err != nil {
+		return transform.Data{}, err
+	}
+	type result struct {
+		data transform.Data
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := e.Eval(read)
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		return transform.Data{}, ctx.Err()
+	}
+}

@@ -2,6 +2,7 @@ package weights
 
 import (
 	"bytes"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,7 +134,11 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "weights", "model.safetensors")
-	if err := tab.Materialize(out); err != nil {
+	sink, err := checkpoint.FileSink(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Materialize(context.Background(), out, sink); err != nil {
 		t.Fatal(err)
 	}
 	written, err := checkpoint.OpenFile(out)

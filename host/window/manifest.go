@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-
-	"github.com/strata-llm/strata/internal/atomic"
 )
 
 // ManifestFile records, in the output directory, what each window was made
@@ -70,21 +68,37 @@ func Load(dir string) (*Manifest, error) {
 	if err != nil {
 		return m, err
 	}
+	read, err := ParseManifest(data)
+	if err != nil {
+		return m, fmt.Errorf("%s: %w; every window will be rebuilt", ManifestFile, err)
+	}
+	return read, nil
+}
+
+// ParseManifest reads a manifest's JSON.
+func ParseManifest(data []byte) (*Manifest, error) {
 	var read Manifest
 	if err := json.Unmarshal(data, &read); err != nil || read.Format != ManifestFormat || read.Version != ManifestVersion {
-		return m, fmt.Errorf("%s is not a version %d strata manifest; every window will be rebuilt", ManifestFile, ManifestVersion)
+		return nil, fmt.Errorf("not a version %d strata manifest", ManifestVersion)
 	}
 	return &read, nil
 }
 
-// Save writes the manifest into dir atomically, windows in layer order.
-func (m *Manifest) Save(dir string) error {
+// FileWriter writes a file atomically by its path relative to an output
+// directory (host/outdir.Dir).
+type FileWriter interface {
+	WriteFile(rel string, data []byte) error
+}
+
+// Save writes the manifest into the output directory atomically, windows in
+// layer order.
+func (m *Manifest) Save(dir FileWriter) error {
 	sort.Slice(m.Windows, func(i, j int) bool { return m.Windows[i].First < m.Windows[j].First })
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomic.WriteFile(filepath.Join(dir, ManifestFile), append(data, '\n'))
+	return dir.WriteFile(ManifestFile, append(data, '\n'))
 }
 
 // Record adds or replaces the entry for e's span.

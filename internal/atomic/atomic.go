@@ -6,13 +6,30 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 )
 
 // TempPrefix starts the names of the temporary files: a directory scan can
 // tell them from real outputs.
 const TempPrefix = ".strata-"
 
-// WriteFile writes data to path atomically with mode 0644.
+var (
+	umaskOnce sync.Once
+	umask     os.FileMode
+)
+
+// Umask is the process's file mode creation mask (read once, at first use).
+func Umask() os.FileMode {
+	umaskOnce.Do(func() {
+		m := syscall.Umask(0o022)
+		syscall.Umask(m)
+		umask = os.FileMode(m)
+	})
+	return umask
+}
+
+// WriteFile writes data to path atomically with mode 0644 less the umask.
 func WriteFile(path string, data []byte) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+filepath.Base(path)+"-*")
 	if err != nil {
@@ -25,7 +42,7 @@ func WriteFile(path string, data []byte) (err error) {
 			err = fmt.Errorf("writing %s: %w", path, err)
 		}
 	}()
-	if err = tmp.Chmod(0o644); err != nil {
+	if err = tmp.Chmod(0o644 &^ Umask()); err != nil {
 		return err
 	}
 	if _, err = tmp.Write(data); err != nil {

@@ -8,6 +8,9 @@
 //	protocol-2      claims plugin protocol 2 in Describe
 //	refuse          says the checkpoint is unsupported, with a reason
 //	no-layerwise    says llama cannot be exported layerwise (and fakearch can)
+//	child-hang      starts a child that keeps the plugin's stdout open
+//	                (its pid in child.pid beside the binary), never answers Plan
+//	child-exit      the same child, then exits in the middle of Plan
 package main
 
 import (
@@ -22,8 +25,13 @@ import (
 )
 
 func main() {
+	if runChild() {
+		return
+	}
 	mode := strings.TrimPrefix(filepath.Base(os.Args[0]), "strata-plugin-fake-")
 	switch mode {
+	case "child-hang", "child-exit":
+		startChild()
 	case "crash-on-start":
 		fmt.Fprintln(os.Stderr, "fake plugin: crashing on start")
 		os.Exit(1)
@@ -59,8 +67,10 @@ func (f fake) Plan(ctx context.Context, _ *pb.PlanRequest) (*pb.PlanResponse, er
 	switch f.mode {
 	case "crash-on-plan":
 		os.Exit(7)
-	case "hang-on-plan":
+	case "hang-on-plan", "child-hang":
 		select {} // never answers, whatever the host does
+	case "child-exit":
+		os.Exit(3)
 	}
 	return nil, fmt.Errorf("the fake plugin cannot plan")
 }

@@ -1,0 +1,480 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/internal/testbin"
+)
+
+// The catalogue of hostile inputs of issue 11 and their neighbours: each
+// case builds a scene under a fresh root, runs strata, and asserts the
+// error, that nothing outside the output directory (for a refusal: nothing
+// at all) changed by byte or by inode, and that no plugin process is left.
+
+// tree is a snapshot of every path under a root: type, device, inode, mode,
+// size, content hash or link target; links are never followed.
+func tree(t *testing.T, root, skip string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if skip != "" && (p == skip || strings.HasPrefix(p, skip+string(filepath.Separator))) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return nil
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		desc := fmt.Sprintf("%v dev=%d ino=%d size=%d", info.Mode(), st.Dev, st.Ino, info.Size())
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		case info.Mode().IsRegular():
+			data, _ := os.ReadFile(p)
+			sum := sha256.Sum256(data)
+			desc += " sha256=" + hex.EncodeToString(sum[:8])
+		}
+		out[p] = desc
+		return nil
+	})
+	return out
+}
+
+func sameTree(t *testing.T, before, after map[string]string) {
+	t.Helper()
+	var diffs []string
+	for p, d := range before {
+		if after[p] != d {
+			diffs = append(diffs, fmt.Sprintf("%s: %s -> %q", p, d, after[p]))
+		}
+	}
+	for p, d := range after {
+		if _, ok := before[p]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%s: new %s", p, d))
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) > 0 {
+		t.Errorf("changed:\n  %s", strings.Join(diffs, "\n  "))
+	}
+}
+
+// tiny writes a copy of the tiny Llama into dir.
+func tiny(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"config.json", "generation_config.json", "model.safetensors"} {
+		data, err := os.ReadFile(filepath.Join(tinyLlama, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(t *testing.T, path, data string) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	must(t, os.WriteFile(path, []byte(data), 0o644))
+}
+
+type scene struct {
+	args []string // after "strata"
+	out  string   // the output directory
+	// check runs after a successful run.
+	check func(t *testing.T)
+	// release undoes what the scene holds (a lock).
+	release func()
+}
+
+type catalogueCase struct {
+	name  string
+	setup func(t *testing.T, root string, plugins string) scene
+	want  string // in stderr; "" for success
+	// outMayChange: the output directory is left out of the comparison
+	// even on a refusal (compile's is not under host/outdir yet and is
+	// created before the model is read).
+	outMayChange bool
+}
+
+func exportScene(src, out string, plugins string, flags ...string) scene {
+	return scene{args: append([]string{"export", src, "--out", out, "--plugin-dir", plugins}, flags...), out: out}
+}
+
+// earlier runs an export into out first, for cases that tamper with one.
+func earlier(t *testing.T, src, out, plugins string, flags ...string) {
+	t.Helper()
+	args := append([]string{"export", src, "--out", out, "--plugin-dir", plugins}, flags...)
+	if code, _, errOut := strata(t, args...); code != 0 {
+		t.Fatalf("the earlier export failed: %s", errOut)
+	}
+}
+
+func catalogue() []catalogueCase {
+	var cases []catalogueCase
+	add := func(c catalogueCase) { cases = append(cases, c) }
+
+	// 1. The source named like an output entry, --out its parent.
+	for _, tc := range []struct{ dirName, flag string }{
+		{"checkpoint", ""}, {"checkpoint", "--link=copy"}, {"windows", "--layerwise"},
+		{"weights", "--weights=materialize"}, {"weights", ""},
+	} {
+		add(catalogueCase{name: fmt.Sprintf("source named %s, --out its parent %s", tc.dirName, tc.flag), want: "contains the source",
+			setup: func(t *testing.T, root, plugins string) scene {
+				src := tiny(t, filepath.Join(root, "parent", tc.dirName))
+				var flags []string
+				if tc.flag != "" {
+					flags = append(flags, tc.flag)
+				}
+				return exportScene(src, filepath.Join(root, "parent"), plugins, flags...)
+			}})
+	}
+	add(catalogueCase{name: "--out is the source", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		return exportScene(src, src, plugins)
+	}})
+	add(catalogueCase{name: "--out is the source through a symlink", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		must(t, os.Symlink(src, filepath.Join(root, "alias")))
+		return exportScene(src, filepath.Join(root, "alias"), plugins)
+	}})
+	add(catalogueCase{name: "--out holds the source through a symlinked parent", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		tiny(t, filepath.Join(root, "real", "checkpoint"))
+		must(t, os.Symlink(filepath.Join(root, "real"), filepath.Join(root, "alias")))
+		return exportScene(filepath.Join(root, "alias", "checkpoint"), filepath.Join(root, "real"), plugins)
+	}})
+	add(catalogueCase{name: "--out inside the source (nothing collides)", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		s := exportScene(src, filepath.Join(src, "exported"), plugins)
+		s.check = func(t *testing.T) { mustExist(t, filepath.Join(src, "exported", "model.onnx")) }
+		return s
+	}})
+	// 2. An earlier output whose checkpoint/ is a symlink into the source.
+	add(catalogueCase{name: "earlier output's checkpoint/ is a symlink to the source", want: "checkpoint", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		must(t, os.RemoveAll(filepath.Join(out, "checkpoint")))
+		must(t, os.Symlink(src, filepath.Join(out, "checkpoint")))
+		return exportScene(src, out, plugins, "--link=copy")
+	}})
+	add(catalogueCase{name: "earlier output's shard link replaced by a symlink to the source", want: "checkpoint/model.safetensors", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		shard := filepath.Join(out, "checkpoint", "model.safetensors")
+		must(t, os.Remove(shard))
+		must(t, os.Symlink(filepath.Join(src, "model.safetensors"), shard))
+		return exportScene(src, out, plugins, "--link=copy")
+	}})
+	add(catalogueCase{name: "earlier output's weights/ is a symlink to the source", want: "weights", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins, "--weights=materialize")
+		must(t, os.RemoveAll(filepath.Join(out, "weights")))
+		must(t, os.Symlink(src, filepath.Join(out, "weights")))
+		return exportScene(src, out, plugins, "--weights=materialize")
+	}})
+	// 3. Foreign files under every name strata writes.
+	for _, name := range []string{"model.onnx", "weight_spec.json", "export-manifest.json", "weight_spec_qaic.json",
+		"checkpoint/model.safetensors", "windows/window_0_0.onnx", "weights/model.safetensors", "checkpoint", "windows", "weights"} {
+		add(catalogueCase{name: "foreign " + name + " in --out", want: strings.Split(name, "/")[0], setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			out := filepath.Join(root, "out")
+			put(t, filepath.Join(out, name), "the user's")
+			return exportScene(src, out, plugins, "--layerwise", "--keep-windows", "--weights=materialize")
+		}})
+	}
+	for _, name := range []string{"model.onnx", "checkpoint/model.safetensors", "weights/model.safetensors", "weight_spec.json"} {
+		add(catalogueCase{name: "earlier export's " + name + " rewritten by the user", want: name, setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			out := filepath.Join(root, "out")
+			earlier(t, src, out, plugins, "--weights=materialize", "--link=copy")
+			put(t, filepath.Join(out, name), "the user's now")
+			return exportScene(src, out, plugins, "--weights=materialize", "--link=copy")
+		}})
+	}
+	add(catalogueCase{name: "a file added inside an earlier export's checkpoint/", want: "checkpoint/notes.txt", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		put(t, filepath.Join(out, "checkpoint", "notes.txt"), "mine")
+		return exportScene(src, out, plugins)
+	}})
+	add(catalogueCase{name: "a re-export of strata's own output", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins, "--weights=materialize", "--layerwise", "--keep-windows")
+		return exportScene(src, out, plugins, "--link=copy")
+	}})
+	// 4. Special files as checkpoint data.
+	for _, tc := range []struct{ name, file, want string }{
+		{"a FIFO as the shard", "model.safetensors", "named pipe"},
+		{"a FIFO as config.json", "config.json", "named pipe"},
+		{"a FIFO as the index", "model.safetensors.index.json", "named pipe"},
+	} {
+		for _, cmd := range []string{"export", "inspect"} {
+			add(catalogueCase{name: cmd + ": " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+				src := tiny(t, filepath.Join(root, "src"))
+				os.Remove(filepath.Join(src, tc.file))
+				must(t, syscall.Mkfifo(filepath.Join(src, tc.file), 0o644))
+				if cmd == "inspect" {
+					return scene{args: []string{"inspect", src, "--plugin-dir", plugins}}
+				}
+				return exportScene(src, filepath.Join(root, "out"), plugins)
+			}})
+		}
+	}
+	add(catalogueCase{name: "a FIFO named by the index", want: "named pipe", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		must(t, os.Rename(filepath.Join(src, "model.safetensors"), filepath.Join(src, "model-00001-of-00002.safetensors")))
+		must(t, syscall.Mkfifo(filepath.Join(src, "model-00002-of-00002.safetensors"), 0o644))
+		put(t, filepath.Join(src, "model.safetensors.index.json"), `{"weight_map":{"model.norm.weight":"model-00002-of-00002.safetensors"}}`)
+		return exportScene(src, filepath.Join(root, "out"), plugins)
+	}})
+	add(catalogueCase{name: "a character device as the shard", want: "character device", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		must(t, os.Remove(filepath.Join(src, "model.safetensors")))
+		must(t, os.Symlink("/dev/zero", filepath.Join(src, "model.safetensors")))
+		return exportScene(src, filepath.Join(root, "out"), plugins)
+	}})
+	add(catalogueCase{name: "a directory as the shard", want: "a directory", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		must(t, os.Remove(filepath.Join(src, "model.safetensors")))
+		must(t, os.Mkdir(filepath.Join(src, "model.safetensors"), 0o755))
+		return exportScene(src, filepath.Join(root, "out"), plugins)
+	}})
+	// 9. The Hugging Face cache layout: snapshots/<rev>/x -> ../../blobs/<sha>.
+	for _, link := range []string{"hardlink", "copy"} {
+		add(catalogueCase{name: "Hugging Face cache layout, --link " + link, setup: func(t *testing.T, root, plugins string) scene {
+			snap := hfCache(t, root)
+			out := filepath.Join(root, "out")
+			s := exportScene(snap, out, plugins, "--link="+link)
+			s.check = func(t *testing.T) {
+				shard := filepath.Join(out, "checkpoint", "model.safetensors")
+				got, err := os.Lstat(shard)
+				if err != nil || !got.Mode().IsRegular() {
+					t.Fatalf("%s is not a regular file: %v", shard, err)
+				}
+				blob, _ := os.Stat(filepath.Join(snap, "model.safetensors"))
+				if same := os.SameFile(got, blob); same != (link == "hardlink") {
+					t.Errorf("--link %s: shard is the blob: %v", link, same)
+				}
+				if got.Mode().Perm()&0o044 != 0o044 {
+					t.Errorf("shard mode %v, want 0644 less the umask", got.Mode().Perm())
+				}
+			}
+			return s
+		}})
+	}
+	// 7. Two exports into one directory at once.
+	add(catalogueCase{name: "a second export into a directory being written", want: "another strata process", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		d, err := outdir.Open(context.Background(), out, outdir.Options{Tool: "export"})
+		must(t, err)
+		s := exportScene(src, out, plugins)
+		s.release = func() { d.Close() }
+		return s
+	}})
+	// 3. convert-bin.
+	binSrc := func(t *testing.T, root string) string {
+		dst := filepath.Join(root, "bin")
+		must(t, os.MkdirAll(dst, 0o755))
+		src := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model-bin")
+		entries, _ := os.ReadDir(src)
+		for _, e := range entries {
+			data, err := os.ReadFile(filepath.Join(src, e.Name()))
+			must(t, err)
+			must(t, os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644))
+		}
+		return dst
+	}
+	add(catalogueCase{name: "convert-bin --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		hf := tiny(t, filepath.Join(root, "hf"))
+		return scene{args: []string{"convert-bin", src, "--out", hf}, out: hf}
+	}})
+	add(catalogueCase{name: "convert-bin --out the source", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		return scene{args: []string{"convert-bin", src, "--out", src}, out: src}
+	}})
+	add(catalogueCase{name: "convert-bin --out holding the source", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		return scene{args: []string{"convert-bin", src, "--out", root}, out: root}
+	}})
+	for _, name := range []string{"model-00001-of-00002.safetensors", "model.safetensors.index.json", "config.json", "strata-converted-from.json", "notes.txt"} {
+		add(catalogueCase{name: "convert-bin: foreign " + name + " in --out", want: name, setup: func(t *testing.T, root, plugins string) scene {
+			src := binSrc(t, root)
+			out := filepath.Join(root, "out")
+			put(t, filepath.Join(out, name), "{}")
+			return scene{args: []string{"convert-bin", src, "--out", out}, out: out}
+		}})
+	}
+	for _, file := range []string{"pytorch_model-00001-of-00002.bin", "pytorch_model.bin.index.json"} {
+		add(catalogueCase{name: "convert-bin: a FIFO as " + file, want: "named pipe", setup: func(t *testing.T, root, plugins string) scene {
+			src := binSrc(t, root)
+			must(t, os.Remove(filepath.Join(src, file)))
+			must(t, syscall.Mkfifo(filepath.Join(src, file), 0o644))
+			return scene{args: []string{"convert-bin", src, "--out", filepath.Join(root, "out")}, out: filepath.Join(root, "out")}
+		}})
+	}
+	add(catalogueCase{name: "convert-bin: a pickled view of negative shape", want: "negative size or stride", setup: func(t *testing.T, root, plugins string) scene {
+		src := filepath.Join(root, "neg")
+		must(t, os.MkdirAll(src, 0o755))
+		must(t, os.WriteFile(filepath.Join(src, "pytorch_model.bin"), negativeShapeBin(t), 0o644))
+		return scene{args: []string{"convert-bin", src, "--out", filepath.Join(root, "out")}, out: filepath.Join(root, "out")}
+	}})
+	add(catalogueCase{name: "compile: a FIFO as model.onnx", want: "named pipe", outMayChange: true, setup: func(t *testing.T, root, plugins string) scene {
+		exp := filepath.Join(root, "export")
+		must(t, os.MkdirAll(exp, 0o755))
+		must(t, syscall.Mkfifo(filepath.Join(exp, "model.onnx"), 0o644))
+		return scene{args: []string{"compile", exp, "--out", filepath.Join(root, "out"), "--dry-run", "--plugin-dir", plugins}, out: filepath.Join(root, "out")}
+	}})
+	add(catalogueCase{name: "inspect: Hugging Face cache layout", setup: func(t *testing.T, root, plugins string) scene {
+		return scene{args: []string{"inspect", hfCache(t, root), "--plugin-dir", plugins}}
+	}})
+	add(catalogueCase{name: "export --bin-to the source", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		return exportScene(src, filepath.Join(root, "out"), plugins, "--bin-to", src)
+	}})
+	add(catalogueCase{name: "export into a convert-bin output", want: "strata convert-bin", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		conv := filepath.Join(root, "conv")
+		if code, _, errOut := strata(t, "convert-bin", src, "--out", conv); code != 0 {
+			t.Fatal(errOut)
+		}
+		return exportScene(tiny(t, filepath.Join(root, "src")), conv, plugins)
+	}})
+	add(catalogueCase{name: "convert-bin re-run over its own conversion", setup: func(t *testing.T, root, plugins string) scene {
+		src := binSrc(t, root)
+		conv := filepath.Join(root, "conv")
+		if code, _, errOut := strata(t, "convert-bin", src, "--out", conv); code != 0 {
+			t.Fatal(errOut)
+		}
+		// A changed source: the conversion is redone in place.
+		info, _ := os.Stat(filepath.Join(src, "config.json"))
+		must(t, os.Chtimes(filepath.Join(src, "pytorch_model-00001-of-00002.bin"), info.ModTime(), info.ModTime().Add(-3600e9)))
+		s := scene{args: []string{"convert-bin", src, "--out", conv}, out: conv}
+		s.check = func(t *testing.T) {
+			info, err := os.Stat(filepath.Join(conv, "model-00001-of-00002.safetensors"))
+			if err != nil || info.Mode().Perm()&0o044 != 0o044 {
+				t.Errorf("converted shard: %v, mode %v", err, info.Mode().Perm())
+			}
+		}
+		return s
+	}})
+	return cases
+}
+
+// negativeShapeBin is a torch.save archive whose one tensor has shape [-1].
+func negativeShapeBin(t *testing.T) []byte {
+	t.Helper()
+	// PROTO 2, {"w": _rebuild_tensor_v2(storage "0" of 4 floats, 0, (-1,), (1,), False, {})}
+	pkl := "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQK\x00J\xff\xff\xff\xff\x85K\x01\x85\x89}tRs."
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	for name, data := range map[string]string{"data.pkl": pkl, "byteorder": "little", "data/0": string(make([]byte, 16))} {
+		w, err := z.CreateHeader(&zip.FileHeader{Name: "archive/" + name, Method: zip.Store})
+		must(t, err)
+		w.Write([]byte(data))
+	}
+	must(t, z.Close())
+	return buf.Bytes()
+}
+
+func mustExist(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Error(err)
+	}
+}
+
+// hfCache lays the tiny Llama out as the Hugging Face hub cache does and
+// returns the snapshot directory.
+func hfCache(t *testing.T, root string) string {
+	t.Helper()
+	blobs := filepath.Join(root, "hub", "models--tiny", "blobs")
+	snap := filepath.Join(root, "hub", "models--tiny", "snapshots", "0123abcd")
+	must(t, os.MkdirAll(blobs, 0o755))
+	must(t, os.MkdirAll(snap, 0o755))
+	for _, name := range []string{"config.json", "generation_config.json", "model.safetensors"} {
+		data, err := os.ReadFile(filepath.Join(tinyLlama, name))
+		must(t, err)
+		sum := sha256.Sum256(data)
+		blob := hex.EncodeToString(sum[:])
+		must(t, os.WriteFile(filepath.Join(blobs, blob), data, 0o644))
+		must(t, os.Symlink(filepath.Join("..", "..", "blobs", blob), filepath.Join(snap, name)))
+	}
+	return snap
+}
+
+func TestCatalogue(t *testing.T) {
+	// A plugin binary of the catalogue's own, so its processes are told
+	// apart from other tests'.
+	plugins := t.TempDir()
+	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
+	for _, tc := range catalogue() {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			s := tc.setup(t, root, plugins)
+			if s.release != nil {
+				defer s.release()
+			}
+			skip := ""
+			if tc.want == "" || tc.outMayChange {
+				skip = s.out // a successful run changes its output only
+			}
+			before := tree(t, root, skip)
+			code, _, errOut := strata(t, s.args...)
+			switch {
+			case tc.want == "" && code != 0:
+				t.Fatalf("exit %d:\n%s", code, errOut)
+			case tc.want != "" && (code == 0 || !strings.Contains(errOut, tc.want)):
+				t.Fatalf("exit %d, want an error saying %q:\n%s", code, tc.want, errOut)
+			}
+			sameTree(t, before, tree(t, root, skip))
+			if s.release != nil {
+				s.release()
+				s.release = nil
+			}
+			if s.check != nil {
+				s.check(t)
+			}
+			requireNoProcesses(t, plugins)
+		})
+	}
+}

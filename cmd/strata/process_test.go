@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/internal/testbin"
+)
+
+// alive reports whether pid runs (a zombie waiting for its reaper does not).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// requireDead waits a little for pid to go, then fails if it runs.
+func requireDead(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if alive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("%s (pid %d) outlived strata", what, pid)
+	}
+}
+
+func childPid(t *testing.T, dir string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, func() bool {
+		data, err := os.ReadFile(filepath.Join(dir, "child.pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(string(data))
+		return err == nil
+	})
+	return pid
+}
+
+// A plugin lives in a process group of its own: a timeout, its exit, Ctrl-C
+// or SIGTERM ends the whole group, including a child that keeps the
+// plugin's stdout open (which used to hang strata past --plugin-timeout
+// and be left orphaned).
+func TestPluginProcessGroupEndsWithIt(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	for _, tc := range []struct {
+		name   string
+		mode   string
+		signal syscall.Signal // 0: strata runs in-process until it fails
+		want   string
+		code   int
+	}{
+		{"timeout with a child holding stdout", "child-hang", 0, "did not answer within 2s", 1},
+		{"plugin exits with a child holding stdout", "child-exit", 0, "strata-plugin-fake-child-exit", 1},
+		{"SIGTERM", "child-hang", syscall.SIGTERM, "interrupted", 130},
+		{"Ctrl-C", "child-hang", syscall.SIGINT, "interrupted", 130},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dirs, err := testbin.FakePlugins(t.TempDir(), tc.mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := dirs[tc.mode]
+			out := filepath.Join(t.TempDir(), "out")
+			args := []string{"--plugin-timeout", timeout.String(), "export", tinyLlama, "--out", out, "--plugin-dir", dir}
+			start := time.Now()
+			var code int
+			var errOut string
+			if tc.signal == 0 {
+				code, _, errOut = strata(t, args...)
+			} else {
+				cmd := exec.Command(strataBin, args...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				childPid(t, dir)
+				time.Sleep(300 * time.Millisecond) // let the host reach Plan
+				start = time.Now()
+				cmd.Process.Signal(tc.signal)
+				cmd.Wait()
+				code, errOut = cmd.ProcessState.ExitCode(), stderr.String()
+			}
+			took := time.Since(start)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Fatalf("exit %d, want %d with %q:\n%s", code, tc.code, tc.want, errOut)
+			}
+			// The timeout, then go-plugin's 2 s of grace and the group's kill.
+			if limit := timeout + 4*time.Second; took > limit {
+				t.Errorf("strata took %s to give up, more than %s", took, limit)
+			}
+			requireDead(t, childPid(t, dir), "the plugin's child")
+			requireNoProcesses(t, dir)
+			if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
+				t.Error("model.onnx written")
+			}
+		})
+	}
+}

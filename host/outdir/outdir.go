@@ -1,0 +1,1045 @@
+// Package outdir owns strata's output directories. strata replaces or
+// deletes only what it provably wrote: every file, directory and link it
+// makes is recorded, with what identifies it (device, inode, type, size,
+// mtime), in a manifest inside the directory. An entry is strata's only while
+// what is on disk still is what was recorded; a name alone proves nothing.
+//
+// Everything inside the directory is reached component by component with
+// O_NOFOLLOW (openat, linkat, renameat, unlinkat), so no write or delete is
+// ever led out of the directory through a symlink. New files are written
+// under a temporary name, recorded, then renamed into place: a run killed at
+// any point leaves either the old file or the new one, both recorded. A lock
+// keeps two strata processes from writing one directory at once.
+//
+// Typical use:
+//
+//	d, err := outdir.Open(ctx, "out", outdir.Options{Tool: "export", Sources: []string{ckptDir}})
+//	defer d.Close()
+//	f, err := d.Create("model.onnx") // write f, then f.Commit()
+package outdir
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Control files of an output directory. They are strata's by construction
+// (reserved names, only touched under the lock, never followed).
+const (
+	ManifestFile = ".strata-owned.json"
+	LockFile     = ".strata-lock"
+	manifestNew  = ".strata-owned.json.new"
+	// tempPrefix starts every temporary name; the session id after it is
+	// recorded in the manifest before any temporary file is made, so a
+	// temporary file left by a killed run is provably strata's.
+	tempPrefix = ".strata-tmp-"
+)
+
+const (
+	manifestFormat  = "strata.owned"
+	manifestVersion = 1
+)
+
+// Entry kinds.
+const (
+	kindFile    = "file"    // written by strata: device, inode, size and mtime must match
+	kindDir     = "dir"     // made by strata: device and inode must match
+	kindLink    = "link"    // a hard link strata made to a source file: device and inode
+	kindSymlink = "symlink" // a symlink strata made: device, inode and target
+)
+
+// Entry identifies one thing strata made.
+type Entry struct {
+	Kind    string `json:"kind"`
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size,omitempty"`
+	MtimeNs int64  `json:"mtime_ns,omitempty"`
+	Target  string `json:"target,omitempty"`
+}
+
+type manifest struct {
+	Format   string   `json:"format"`
+	Version  int      `json:"version"`
+	Tool     string   `json:"tool"`
+	Sessions []string `json:"sessions,omitempty"`
+	// Entries maps a slash-separated path relative to the directory to the
+	// identities it may have: two while a replacement is being renamed in.
+	Entries map[string][]Entry `json:"entries"`
+}
+
+// Options of Open.
+type Options struct {
+	// Tool is the command that owns the directory ("export",
+	// "convert-bin"): a directory another tool wrote is refused.
+	Tool string
+	// Sources are the files and directories strata reads (the source
+	// checkpoint, its shards with symlinks resolved): none may lie inside
+	// the output directory, and the output directory may not be one of them.
+	Sources []string
+}
+
+// Dir is an open, locked output directory.
+type Dir struct {
+	path    string // as given, for messages
+	abs     string
+	fd      int
+	lock    *os.File
+	tool    string
+	session string
+	created bool
+	// lockMade: this Open made the lock file, removed again if it refuses.
+	lockMade bool
+	counter  atomic.Int64
+
+	mkmu  sync.Mutex // held while making a directory
+	mu    sync.Mutex // guards owned and the manifest file
+	owned map[string][]Entry
+}
+
+// Error is a refusal to use an output directory, with the reason.
+type Error struct {
+	Dir    string
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("output directory %s: %s: %v", e.Dir, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("output directory %s: %s", e.Dir, e.Reason)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrBusy is wrapped by the error Open returns when another strata process
+// holds the directory's lock.
+var ErrBusy = errors.New("locked by another strata process")
+
+// Open creates dir if needed, locks it, checks it holds nothing but what
+// this tool wrote before (and the source nothing of it), and removes the
+// temporary files an earlier, killed run left. Close must be called.
+func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
+	if dir == "" {
+		return nil, errors.New("no output directory: pass --out DIR")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, owned: map[string][]Entry{}}
+	if err := d.checkSources(opts.Sources); err != nil {
+		return nil, err
+	}
+	info, statErr := os.Stat(abs)
+	switch {
+	case errors.Is(statErr, fs.ErrNotExist):
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, &Error{Dir: dir, Reason: "cannot be created", Err: err}
+		}
+		d.created = true
+	case errors.Is(statErr, unix.ENOTDIR):
+		return nil, &Error{Dir: dir, Reason: "cannot be created (a parent of it is a file, not a directory)", Err: statErr}
+	case statErr != nil:
+		return nil, &Error{Dir: dir, Reason: "cannot be read", Err: statErr}
+	case !info.IsDir():
+		return nil, &Error{Dir: dir, Reason: "exists and is not a directory; choose a new or empty directory"}
+	}
+	defer func() {
+		if err != nil {
+			if d.lockMade && d.fd >= 0 {
+				unix.Unlinkat(d.fd, LockFile, 0)
+			}
+			d.release()
+			if d.created {
+				os.Remove(abs)
+			}
+		}
+	}()
+	if d.fd, err = unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, &Error{Dir: dir, Reason: "cannot be opened", Err: err}
+	}
+	if err := d.lockDir(); err != nil {
+		return nil, err
+	}
+	m := d.load()
+	if m.Tool != "" && m.Tool != opts.Tool {
+		return nil, &Error{Dir: dir, Reason: fmt.Sprintf("it holds the output of strata %s; strata %s needs a directory of its own (new, empty, or its own earlier output)", m.Tool, opts.Tool)}
+	}
+	d.verify(m.Entries)
+	d.cleanTemps(m.Sessions)
+	if err := d.checkForeign(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	d.session = hex.EncodeToString(b)
+	if err := d.Save(); err != nil {
+		return nil, &Error{Dir: dir, Reason: "is not writable", Err: err}
+	}
+	return d, nil
+}
+
+// Path is the directory as given to Open.
+func (d *Dir) Path() string { return d.path }
+
+// Abs is the directory's absolute path.
+func (d *Dir) Abs() string { return d.abs }
+
+// Join is rel's path under the directory (for messages and readers).
+func (d *Dir) Join(rel string) string { return filepath.Join(d.path, filepath.FromSlash(rel)) }
+
+// Created reports whether Open made the directory.
+func (d *Dir) Created() bool { return d.created }
+
+// checkSources refuses an output directory that is, or contains, something
+// strata reads. One inside the source checkpoint is fine: it is new or
+// strata's own, so nothing of the source can collide with what is written.
+func (d *Dir) checkSources(sources []string) error {
+	out := resolve(d.abs)
+	for _, s := range sources {
+		src := resolve(s)
+		if src == "" {
+			continue
+		}
+		if src == out {
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it is the source %s (symlinks resolved); strata never writes into its source: choose another directory", s)}
+		}
+		if rel, ok := within(out, src); ok {
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it contains the source %s (at %s, symlinks resolved), which strata must never overwrite or delete: choose a directory outside it", s, rel)}
+		}
+	}
+	return nil
+}
+
+// resolve is p absolute with symlinks resolved; a path not there yet keeps
+// its missing tail under its resolved existing parent.
+func resolve(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return ""
+	}
+	var tail []string
+	for cur := abs; ; cur = filepath.Dir(cur) {
+		if r, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(append([]string{r}, tail...)...)
+		}
+		if filepath.Dir(cur) == cur {
+			return abs
+		}
+		tail = append([]string{filepath.Base(cur)}, tail...)
+	}
+}
+
+// within reports whether p lies inside dir, and where.
+func within(dir, p string) (string, bool) {
+	rel, err := filepath.Rel(dir, p)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return rel, true
+}
+
+func (d *Dir) lockDir() error {
+	const flags = unix.O_RDWR | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(d.fd, LockFile, flags|unix.O_CREAT|unix.O_EXCL, 0o644)
+	if err == nil {
+		d.lockMade = true
+	} else if errors.Is(err, unix.EEXIST) {
+		fd, err = unix.Openat(d.fd, LockFile, flags, 0)
+	}
+	if err != nil {
+		return &Error{Dir: d.path, Reason: "cannot create its lock file " + LockFile, Err: err}
+	}
+	d.lock = os.NewFile(uintptr(fd), filepath.Join(d.abs, LockFile))
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(d.lock, 64))
+		who := ""
+		if s := strings.TrimSpace(string(holder)); s != "" {
+			who = " (pid " + s + ")"
+		}
+		d.lock.Close()
+		d.lock = nil
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return &Error{Dir: d.path, Reason: "another strata process" + who + " is writing into it; wait for it to finish, or choose another directory", Err: ErrBusy}
+		}
+		return &Error{Dir: d.path, Reason: "cannot be locked", Err: err}
+	}
+	d.lock.Truncate(0)
+	d.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	return nil
+}
+
+// load reads the manifest; a missing or unreadable one owns nothing.
+func (d *Dir) load() manifest {
+	var m manifest
+	data, err := d.readControl(ManifestFile)
+	if err != nil || json.Unmarshal(data, &m) != nil || m.Format != manifestFormat || m.Version != manifestVersion {
+		return manifest{}
+	}
+	return m
+}
+
+func (d *Dir) readControl(name string) ([]byte, error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	return io.ReadAll(io.LimitReader(f, 256<<20))
+}
+
+// verify keeps, of the recorded entries, those still on disk as recorded,
+// reached without following a link.
+func (d *Dir) verify(entries map[string][]Entry) {
+	paths := make([]string, 0, len(entries))
+	for p := range entries {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths) // parents first
+	for _, p := range paths {
+		if !validRel(p) {
+			continue
+		}
+		if dir := path.Dir(p); dir != "." && !d.isDir(dir) {
+			continue
+		}
+		got, err := d.lstat(p)
+		if err != nil {
+			continue
+		}
+		for _, want := range entries[p] {
+			if matches(want, got) {
+				d.owned[p] = []Entry{want}
+				break
+			}
+		}
+	}
+}
+
+func (d *Dir) isDir(rel string) bool {
+	e, ok := d.owned[rel]
+	return ok && e[0].Kind == kindDir
+}
+
+func validRel(p string) bool {
+	return p != "" && p != "." && fs.ValidPath(p) && !strings.HasPrefix(path.Base(p), ".strata-")
+}
+
+// matches compares a recorded identity with what is on disk.
+func matches(want, got Entry) bool {
+	if want.Dev != got.Dev || want.Ino != got.Ino {
+		return false
+	}
+	switch want.Kind {
+	case kindDir:
+		return got.Kind == kindDir
+	case kindLink:
+		return got.Kind == kindFile
+	case kindSymlink:
+		return got.Kind == kindSymlink && got.Target == want.Target
+	case kindFile:
+		return got.Kind == kindFile && got.Size == want.Size && got.MtimeNs == want.MtimeNs
+	}
+	return false
+}
+
+// lstat identifies rel without following links (its parents are strata's
+// directories, opened with O_NOFOLLOW).
+func (d *Dir) lstat(rel string) (Entry, error) {
+	dirfd, base, err := d.parent(rel, false)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer d.closeParent(dirfd)
+	return statAt(dirfd, base)
+}
+
+func statAt(dirfd int, name string) (Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, err
+	}
+	e := Entry{Dev: uint64(st.Dev), Ino: uint64(st.Ino), Size: st.Size, MtimeNs: st.Mtim.Nano()}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Kind = kindFile
+	case unix.S_IFDIR:
+		e.Kind, e.Size, e.MtimeNs = kindDir, 0, 0
+	case unix.S_IFLNK:
+		e.Kind = kindSymlink
+		buf := make([]byte, 4096)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return Entry{}, err
+		}
+		e.Target, e.Size, e.MtimeNs = string(buf[:n]), 0, 0
+	default:
+		e.Kind = "special"
+	}
+	return e, nil
+}
+
+// parent opens rel's parent directory inside d, each component with
+// O_NOFOLLOW; with create, missing directories are made (and recorded).
+// Every existing component must be a directory strata made.
+func (d *Dir) parent(rel string, create bool) (int, string, error) {
+	if !fs.ValidPath(rel) || rel == "." {
+		return -1, "", fmt.Errorf("%q is not a path inside the output directory", rel)
+	}
+	dir, base := path.Split(rel)
+	fd := d.fd
+	done := ""
+	for _, comp := range strings.Split(strings.TrimSuffix(dir, "/"), "/") {
+		if comp == "" {
+			continue
+		}
+		done = path.Join(done, comp)
+		const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		next, err := unix.Openat(fd, comp, flags, 0)
+		if errors.Is(err, unix.ENOENT) && create {
+			// One goroutine at a time makes directories: a rename onto
+			// another's fresh empty directory would replace it.
+			d.mkmu.Lock()
+			if next, err = unix.Openat(fd, comp, flags, 0); errors.Is(err, unix.ENOENT) {
+				if err = d.mkdirAt(fd, comp, done); err == nil {
+					next, err = unix.Openat(fd, comp, flags, 0)
+				}
+			}
+			d.mkmu.Unlock()
+		}
+		if fd != d.fd {
+			unix.Close(fd)
+		}
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return -1, "", fmt.Errorf("%s in %s is a symlink or not a directory; strata never follows links inside its output: remove it, or choose another directory", done, d.path)
+		}
+		if err != nil {
+			return -1, "", err
+		}
+		fd = next
+		if create && !d.ownedDir(done) {
+			unix.Close(fd)
+			return -1, "", fmt.Errorf("%s in %s is a directory strata did not make; remove it, or choose another directory", done, d.path)
+		}
+	}
+	return fd, base, nil
+}
+
+func (d *Dir) ownedDir(rel string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.isDir(rel)
+}
+
+func (d *Dir) closeParent(fd int) {
+	if fd != d.fd && fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// mkdirAt makes directory name in dirfd (rel inside d): made under a
+// temporary name, recorded, then renamed, so it is strata's from the moment
+// it bears its name.
+func (d *Dir) mkdirAt(dirfd int, name, rel string) error {
+	tmp := d.tempName(name)
+	if err := unix.Mkdirat(dirfd, tmp, 0o755); err != nil {
+		return err
+	}
+	e, err := statAt(dirfd, tmp)
+	if err == nil {
+		err = d.record(rel, e, true)
+	}
+	if err == nil {
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
+	}
+	if err != nil {
+		unix.Unlinkat(dirfd, tmp, unix.AT_REMOVEDIR)
+		return err
+	}
+	d.settle(rel, e)
+	return nil
+}
+
+func (d *Dir) tempName(base string) string {
+	if len(base) > 64 {
+		base = base[:64]
+	}
+	return fmt.Sprintf("%s%s-%d-%s", tempPrefix, d.session, d.counter.Add(1), base)
+}
+
+// record adds an identity for rel (keeping the old one until settle) and,
+// with save, writes the manifest before the entry gets its name.
+func (d *Dir) record(rel string, e Entry, save bool) error {
+	d.mu.Lock()
+	d.owned[rel] = append(d.owned[rel], e)
+	d.mu.Unlock()
+	if save {
+		return d.Save()
+	}
+	return nil
+}
+
+// settle makes e rel's only identity once it is in place.
+func (d *Dir) settle(rel string, e Entry) {
+	d.mu.Lock()
+	d.owned[rel] = []Entry{e}
+	d.mu.Unlock()
+}
+
+func (d *Dir) forget(rel string) {
+	d.mu.Lock()
+	delete(d.owned, rel)
+	d.mu.Unlock()
+}
+
+// cleanTemps removes the temporary files and directories of earlier
+// sessions recorded in the manifest, in the directory and in its
+// subdirectories strata made.
+func (d *Dir) cleanTemps(sessions []string) {
+	if len(sessions) == 0 {
+		return
+	}
+	dirs := []string{"."}
+	for p, e := range d.owned {
+		if e[0].Kind == kindDir {
+			dirs = append(dirs, p)
+		}
+	}
+	for _, dir := range dirs {
+		d.eachEntry(dir, func(dirfd int, name string) {
+			for _, s := range sessions {
+				if len(s) >= 8 && strings.HasPrefix(name, tempPrefix+s+"-") {
+					if e, err := statAt(dirfd, name); err == nil && (e.Kind == kindFile || e.Kind == kindSymlink) {
+						unix.Unlinkat(dirfd, name, 0)
+					} else if err == nil && e.Kind == kindDir {
+						unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) // empty only
+					}
+				}
+			}
+		})
+	}
+}
+
+// eachEntry calls fn for each name in directory rel.
+func (d *Dir) eachEntry(rel string, fn func(dirfd int, name string)) error {
+	fd := d.fd
+	if rel != "." {
+		pfd, _, err := d.parent(rel+"/x", false)
+		if err != nil {
+			return err
+		}
+		fd = pfd
+	}
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		d.closeParent(fd)
+		return err
+	}
+	f := os.NewFile(uintptr(dup), rel)
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	sort.Strings(names)
+	for _, n := range names {
+		fn(fd, n)
+	}
+	d.closeParent(fd)
+	return err
+}
+
+// checkForeign refuses a directory holding anything strata did not make
+// (or that changed since), at the top or inside strata's directories.
+func (d *Dir) checkForeign() error {
+	var foreign []string
+	var walk func(rel string)
+	walk = func(rel string) {
+		d.eachEntry(rel, func(_ int, name string) {
+			p := name
+			if rel != "." {
+				p = rel + "/" + name
+			}
+			switch {
+			case rel == "." && (name == ManifestFile || name == LockFile || name == manifestNew):
+			case strings.HasPrefix(name, tempPrefix):
+				// another session's leftovers: never ours to judge, never in the way
+			case d.owned[p] == nil:
+				foreign = append(foreign, p)
+			case d.owned[p][0].Kind == kindDir:
+				walk(p)
+			}
+		})
+	}
+	walk(".")
+	if len(foreign) == 0 {
+		return nil
+	}
+	more := ""
+	if len(foreign) > 3 {
+		more = fmt.Sprintf(" and %d more", len(foreign)-3)
+		foreign = foreign[:3]
+	}
+	return &Error{Dir: d.path, Reason: fmt.Sprintf("it already holds %s%s, which strata %s did not write (or which changed since); "+
+		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool)}
+}
+
+// Save writes the manifest (through a temporary name, never followed).
+func (d *Dir) Save() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := manifest{Format: manifestFormat, Version: manifestVersion, Tool: d.tool, Entries: d.owned}
+	if d.session != "" {
+		m.Sessions = []string{d.session}
+	}
+	data, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return err
+	}
+	unix.Unlinkat(d.fd, manifestNew, 0)
+	fd, err := unix.Openat(d.fd, manifestNew, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", d.Join(ManifestFile), err)
+	}
+	f := os.NewFile(uintptr(fd), manifestNew)
+	_, err = f.Write(append(data, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(d.fd, manifestNew, d.fd, ManifestFile)
+	}
+	if err != nil {
+		unix.Unlinkat(d.fd, manifestNew, 0)
+		return fmt.Errorf("writing %s: %w", d.Join(ManifestFile), err)
+	}
+	return nil
+}
+
+// Close saves the manifest without a session (no temporary file is left)
+// and releases the lock.
+func (d *Dir) Close() error {
+	if d.fd < 0 {
+		return nil
+	}
+	d.cleanTemps([]string{d.session}) // any an error path left
+	d.session = ""
+	err := d.Save()
+	d.release()
+	return err
+}
+
+func (d *Dir) release() {
+	if d.lock != nil {
+		d.lock.Truncate(0)
+		d.lock.Close() // releases the flock
+		d.lock = nil
+	}
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// Discard undoes a failed run: a directory Open created is removed with
+// everything strata made in it; a directory that existed is left as it is.
+func (d *Dir) Discard() {
+	if d.fd < 0 {
+		return
+	}
+	if !d.created {
+		d.Close()
+		return
+	}
+	d.cleanTemps([]string{d.session})
+	d.RemoveAll(".")
+	unix.Unlinkat(d.fd, ManifestFile, 0)
+	unix.Unlinkat(d.fd, manifestNew, 0)
+	unix.Unlinkat(d.fd, LockFile, 0)
+	d.release()
+	os.Remove(d.abs) // only if empty
+}
+
+// Owned reports whether rel is something strata made and still is as made.
+func (d *Dir) Owned(rel string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.owned[rel] != nil
+}
+
+// Exists reports whether rel is there (strata's or not), not following links.
+func (d *Dir) Exists(rel string) bool {
+	_, err := d.lstat(rel)
+	return err == nil
+}
+
+// MkdirAll makes directory rel and its parents inside d.
+func (d *Dir) MkdirAll(rel string) error {
+	fd, _, err := d.parent(rel+"/x", true)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", d.Join(rel), err)
+	}
+	d.closeParent(fd)
+	return nil
+}
+
+// checkReplace fails when name in dirfd exists and is not strata's.
+func (d *Dir) checkReplace(dirfd int, base, rel string) (exists bool, err error) {
+	got, err := statAt(dirfd, base)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	d.mu.Lock()
+	ids := d.owned[rel]
+	d.mu.Unlock()
+	for _, want := range ids {
+		if matches(want, got) {
+			return true, nil
+		}
+	}
+	return true, fmt.Errorf("%s already exists and strata did not write it (or it changed since); strata replaces only its own files: move it away, or choose another directory", d.Join(rel))
+}
+
+// File is a file being written under a temporary name.
+type File struct {
+	*os.File
+	d         *Dir
+	rel, tmp  string
+	dirfd     int
+	committed bool
+}
+
+// Create starts file rel; nothing bears its name until Commit. Its mode is
+// 0644 less the umask.
+func (d *Dir) Create(rel string) (*File, error) {
+	dirfd, base, err := d.parent(rel, true)
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w", d.Join(rel), err)
+	}
+	if _, err := d.checkReplace(dirfd, base, rel); err != nil {
+		d.closeParent(dirfd)
+		return nil, err
+	}
+	tmp := d.tempName(base)
+	fd, err := unix.Openat(dirfd, tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		d.closeParent(dirfd)
+		return nil, fmt.Errorf("writing %s: %w", d.Join(rel), err)
+	}
+	return &File{File: os.NewFile(uintptr(fd), d.Join(rel)), d: d, rel: rel, tmp: tmp, dirfd: dirfd}, nil
+}
+
+// Commit syncs and closes the file, records it, and renames it into place,
+// replacing strata's earlier file of that name (never another).
+func (f *File) Commit() (err error) {
+	if f.committed {
+		return nil
+	}
+	f.committed = true
+	defer f.d.closeParent(f.dirfd)
+	defer func() {
+		if err != nil {
+			unix.Unlinkat(f.dirfd, f.tmp, 0)
+			err = fmt.Errorf("writing %s: %w", f.d.Join(f.rel), err)
+		}
+	}()
+	if err := f.File.Sync(); err != nil {
+		f.File.Close()
+		return err
+	}
+	if err := f.File.Close(); err != nil {
+		return err
+	}
+	return f.d.place(f.dirfd, f.tmp, f.rel)
+}
+
+// place records tmp's identity under rel, then renames it there.
+func (d *Dir) place(dirfd int, tmp, rel string) error {
+	base := path.Base(rel)
+	if _, err := d.checkReplace(dirfd, base, rel); err != nil {
+		return err
+	}
+	e, err := statAt(dirfd, tmp)
+	if err != nil {
+		return err
+	}
+	if err := d.record(rel, e, true); err != nil {
+		return err
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		return err
+	}
+	d.settle(rel, e)
+	return nil
+}
+
+// Abort discards an uncommitted file.
+func (f *File) Abort() {
+	if f.committed {
+		return
+	}
+	f.committed = true
+	f.File.Close()
+	unix.Unlinkat(f.dirfd, f.tmp, 0)
+	f.d.closeParent(f.dirfd)
+}
+
+// WriteFile writes rel atomically.
+func (d *Dir) WriteFile(rel string, data []byte) error {
+	f, err := d.Create(rel)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Abort()
+		return fmt.Errorf("writing %s: %w", d.Join(rel), err)
+	}
+	return f.Commit()
+}
+
+// copyChunk is how much is copied between checks for cancellation.
+const copyChunk = 8 << 20
+
+// Copy copies r into rel, stopping within a chunk when ctx is cancelled.
+func (d *Dir) Copy(ctx context.Context, r io.Reader, rel string) error {
+	f, err := d.Create(rel)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			f.Abort()
+			return err
+		}
+		n, err := io.CopyBuffer(f, io.LimitReader(r, copyChunk), buf)
+		if err != nil {
+			f.Abort()
+			return fmt.Errorf("copying into %s: %w", d.Join(rel), err)
+		}
+		if n < copyChunk {
+			break
+		}
+	}
+	return f.Commit()
+}
+
+// Link hard-links the regular file src (absolute, outside d) as rel. A rel
+// that already is src is kept.
+func (d *Dir) Link(src, rel string) error {
+	dirfd, base, err := d.parent(rel, true)
+	if err != nil {
+		return err
+	}
+	defer d.closeParent(dirfd)
+	exists, err := d.checkReplace(dirfd, base, rel)
+	if err != nil {
+		return err
+	}
+	if exists {
+		var st unix.Stat_t
+		if unix.Stat(src, &st) == nil {
+			if got, err := statAt(dirfd, base); err == nil && got.Dev == uint64(st.Dev) && got.Ino == uint64(st.Ino) {
+				return nil
+			}
+		}
+	}
+	tmp := d.tempName(base)
+	if err := unix.Linkat(unix.AT_FDCWD, src, dirfd, tmp, 0); err != nil {
+		return &os.LinkError{Op: "link", Old: src, New: d.Join(rel), Err: err}
+	}
+	e, err := statAt(dirfd, tmp)
+	if err == nil {
+		e = Entry{Kind: kindLink, Dev: e.Dev, Ino: e.Ino}
+		if err = d.record(rel, e, true); err == nil {
+			err = unix.Renameat(dirfd, tmp, dirfd, base)
+		}
+	}
+	if err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return err
+	}
+	d.settle(rel, e)
+	return nil
+}
+
+// Symlink makes rel a symlink to target (which strata then never follows).
+func (d *Dir) Symlink(target, rel string) error {
+	dirfd, base, err := d.parent(rel, true)
+	if err != nil {
+		return err
+	}
+	defer d.closeParent(dirfd)
+	if _, err := d.checkReplace(dirfd, base, rel); err != nil {
+		return err
+	}
+	if got, err := statAt(dirfd, base); err == nil && got.Kind == kindSymlink && got.Target == target {
+		return nil
+	}
+	tmp := d.tempName(base)
+	if err := unix.Symlinkat(target, dirfd, tmp); err != nil {
+		return err
+	}
+	e, err := statAt(dirfd, tmp)
+	if err == nil {
+		if err = d.record(rel, e, true); err == nil {
+			err = unix.Renameat(dirfd, tmp, dirfd, base)
+		}
+	}
+	if err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return err
+	}
+	d.settle(rel, e)
+	return nil
+}
+
+// Remove deletes rel if it is strata's (a directory: with everything in it,
+// which must all be strata's). A rel that is not there is no error; one
+// strata did not make is an error and stays.
+func (d *Dir) Remove(rel string) error {
+	dirfd, base, err := d.parent(rel, false)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.closeParent(dirfd)
+	exists, err := d.checkReplace(dirfd, base, rel)
+	if err != nil || !exists {
+		return err
+	}
+	got, _ := statAt(dirfd, base)
+	if got.Kind == kindDir {
+		return d.RemoveAll(rel)
+	}
+	if err := unix.Unlinkat(dirfd, base, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing %s: %w", d.Join(rel), err)
+	}
+	d.forget(rel)
+	return nil
+}
+
+// RemoveAll deletes what strata made under rel ("." for everything), then
+// rel itself if it is then empty; anything else under rel stays.
+func (d *Dir) RemoveAll(rel string) error {
+	var paths []string
+	d.mu.Lock()
+	for p := range d.owned {
+		if rel == "." || p == rel || strings.HasPrefix(p, rel+"/") {
+			paths = append(paths, p)
+		}
+	}
+	d.mu.Unlock()
+	sort.Sort(sort.Reverse(sort.StringSlice(paths))) // children before parents
+	var first error
+	for _, p := range paths {
+		dirfd, base, err := d.parent(p, false)
+		if err == nil {
+			var exists bool
+			if exists, err = d.checkReplace(dirfd, base, p); err == nil && exists {
+				flags := 0
+				if d.isDirLocked(p) {
+					flags = unix.AT_REMOVEDIR
+				}
+				err = unix.Unlinkat(dirfd, base, flags)
+				if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+					err = fmt.Errorf("%s holds files strata did not write; left in place", d.Join(p))
+				}
+			}
+			d.closeParent(dirfd)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			if first == nil {
+				first = fmt.Errorf("removing %s: %w", d.Join(p), err)
+			}
+			continue
+		}
+		d.forget(p)
+	}
+	return first
+}
+
+func (d *Dir) isDirLocked(rel string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.isDir(rel)
+}
+
+// Prune removes strata's files under directory rel that keep does not name
+// (slash-separated paths relative to d).
+func (d *Dir) Prune(rel string, keep map[string]bool) error {
+	var paths []string
+	d.mu.Lock()
+	for p, e := range d.owned {
+		if strings.HasPrefix(p, rel+"/") && e[0].Kind != kindDir && !keep[p] {
+			paths = append(paths, p)
+		}
+	}
+	d.mu.Unlock()
+	sort.Strings(paths)
+	for _, p := range paths {
+		if err := d.Remove(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Files lists strata's files (not directories) under rel, sorted.
+func (d *Dir) Files(rel string) []string {
+	var out []string
+	d.mu.Lock()
+	for p, e := range d.owned {
+		if (rel == "." || strings.HasPrefix(p, rel+"/")) && e[0].Kind != kindDir {
+			out = append(out, p)
+		}
+	}
+	d.mu.Unlock()
+	sort.Strings(out)
+	return out
+}
+
+// ReadFile reads strata's file rel, without following links.
+func (d *Dir) ReadFile(rel string) ([]byte, error) {
+	dirfd, base, err := d.parent(rel, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.closeParent(dirfd)
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: d.Join(rel), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.Join(rel))
+	defer f.Close()
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", d.Join(rel))
+	}
+	return io.ReadAll(f)
+}

@@ -1,0 +1,271 @@
+package outdir
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func open(t *testing.T, dir string, sources ...string) *Dir {
+	t.Helper()
+	d, err := Open(context.Background(), dir, Options{Tool: "export", Sources: sources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOwnedFilesAreReplacedForeignOnesRefused(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	if err := d.WriteFile("model.onnx", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WriteFile("weights/a.safetensors", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d = open(t, out)
+	if err := d.WriteFile("model.onnx", []byte("two")); err != nil {
+		t.Fatalf("replacing strata's own file: %v", err)
+	}
+	d.Close()
+	if got, _ := os.ReadFile(filepath.Join(out, "model.onnx")); string(got) != "two" {
+		t.Fatalf("model.onnx = %q", got)
+	}
+	// Someone rewrites strata's file: it is no longer strata's.
+	write(t, filepath.Join(out, "weights", "a.safetensors"), "user's")
+	_, err := Open(context.Background(), out, Options{Tool: "export"})
+	if err == nil || !strings.Contains(err.Error(), "weights/a.safetensors") {
+		t.Fatalf("a changed file was not refused: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(out, "weights", "a.safetensors")); string(got) != "user's" {
+		t.Fatal("the user's file was touched")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, root, out string) []string // returns sources
+		want  string
+	}{
+		{"foreign file", func(t *testing.T, root, out string) []string {
+			write(t, filepath.Join(out, "model.onnx"), "not strata's")
+			return nil
+		}, "model.onnx, which strata export did not write"},
+		{"symlinked subdirectory", func(t *testing.T, root, out string) []string {
+			write(t, filepath.Join(root, "src", "x"), "x")
+			os.MkdirAll(out, 0o755)
+			os.Symlink(filepath.Join(root, "src"), filepath.Join(out, "checkpoint"))
+			return nil
+		}, "checkpoint"},
+		{"output is the source", func(t *testing.T, root, out string) []string {
+			write(t, filepath.Join(out, "config.json"), "{}")
+			return []string{out}
+		}, "it is the source"},
+		{"output contains the source", func(t *testing.T, root, out string) []string {
+			write(t, filepath.Join(out, "checkpoint", "config.json"), "{}")
+			return []string{filepath.Join(out, "checkpoint")}
+		}, "it contains the source"},
+		{"output contains the source through a symlink", func(t *testing.T, root, out string) []string {
+			write(t, filepath.Join(out, "weights", "config.json"), "{}")
+			os.Symlink(filepath.Join(out, "weights"), filepath.Join(root, "link"))
+			return []string{filepath.Join(root, "link")}
+		}, "it contains the source"},
+		{"not a directory", func(t *testing.T, root, out string) []string {
+			write(t, out, "file")
+			return nil
+		}, "not a directory"},
+		{"another tool's output", func(t *testing.T, root, out string) []string {
+			d, err := Open(context.Background(), out, Options{Tool: "convert-bin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Close()
+			return nil
+		}, "strata convert-bin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			out := filepath.Join(root, "out")
+			sources := tc.setup(t, root, out)
+			before := snapshot(t, root)
+			d, err := Open(context.Background(), out, Options{Tool: "export", Sources: sources})
+			if err == nil {
+				d.Close()
+				t.Fatalf("not refused")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+			if after := snapshot(t, root); after != before {
+				t.Fatalf("a refused Open changed the tree:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+// snapshot lists every path under root with its inode, size and content.
+func snapshot(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		data := ""
+		if info.Mode().IsRegular() {
+			d, _ := os.ReadFile(p)
+			data = string(d)
+		}
+		b.WriteString(p + " " + info.Mode().String() + " " + string(rune(st.Ino%1000+'0')) + " " + data + "\n")
+		return nil
+	})
+	return b.String()
+}
+
+func TestInsideTheSourceIsFineWhenNothingCollides(t *testing.T) {
+	t.Parallel()
+	src := t.TempDir()
+	write(t, filepath.Join(src, "config.json"), "{}")
+	d := open(t, filepath.Join(src, "exported"), src)
+	if err := d.WriteFile("model.onnx", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+}
+
+func TestNeverFollowsALinkInside(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	out := filepath.Join(root, "out")
+	d := open(t, out)
+	if err := d.WriteFile("checkpoint/a", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	// Swap strata's directory for a symlink to elsewhere.
+	write(t, filepath.Join(root, "victim", "a"), "precious")
+	os.RemoveAll(filepath.Join(out, "checkpoint"))
+	os.Symlink(filepath.Join(root, "victim"), filepath.Join(out, "checkpoint"))
+	if _, err := Open(context.Background(), out, Options{Tool: "export"}); err == nil {
+		t.Fatal("a symlink where strata's directory was is not refused")
+	}
+	if got, _ := os.ReadFile(filepath.Join(root, "victim", "a")); string(got) != "precious" {
+		t.Fatal("followed the link")
+	}
+}
+
+func TestLockRefusesASecondWriter(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	defer d.Close()
+	_, err := Open(context.Background(), out, Options{Tool: "export"})
+	if !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "another strata process") {
+		t.Fatalf("second writer: %v", err)
+	}
+}
+
+func TestTempFilesOfAKilledRunAreCleaned(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	f, err := d.Create("weights/big.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("partial"))
+	// A killed run: no Commit, no Close, the lock released by the kernel.
+	tmp := filepath.Join(out, "weights", f.tmp)
+	d.release()
+	// A look-alike strata did not make stays.
+	alike := filepath.Join(out, ".strata-tmp-000000000000-1-x")
+	write(t, alike, "?")
+	d2 := open(t, out)
+	defer d2.Close()
+	if _, err := os.Lstat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("temporary file %s left by a killed run is still there", tmp)
+	}
+	if _, err := os.Lstat(alike); err != nil {
+		t.Fatal("a temp-like file strata did not make was removed")
+	}
+}
+
+func TestModeIsUmaskedNot0600(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	d := open(t, out)
+	defer d.Close()
+	if err := d.WriteFile("weights/w", []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := os.Stat(filepath.Join(out, "weights", "w"))
+	if info.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, want 0644", info.Mode().Perm())
+	}
+}
+
+func TestDiscardRemovesOnlyWhatItMade(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	d.WriteFile("checkpoint/a", []byte("a"))
+	d.WriteFile("model.onnx", []byte("m"))
+	d.Discard()
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a failed run's new directory is still there")
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// A copy stops within a chunk of its cancellation and leaves nothing.
+func TestCopyHonoursCancellation(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	d := open(t, out)
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := d.Copy(ctx, zeros{}, "checkpoint/endless")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("copy of an endless stream: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the copy stopped %s after its cancellation", took)
+	}
+	entries, _ := os.ReadDir(filepath.Join(out, "checkpoint"))
+	if len(entries) != 0 {
+		t.Errorf("a cancelled copy left %v", entries)
+	}
+}
