@@ -48,10 +48,10 @@ func compileCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "compile",
 		Usage:     "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
-		ArgsUsage: "MODEL_DIR|EXPORT_DIR",
+		ArgsUsage: "MODEL|EXPORT_DIR",
 		Flags:     append(flags, exportFlags()...),
 		Action: func(c *cli.Context) error {
-			src, err := oneArg(c, "MODEL_DIR|EXPORT_DIR")
+			src, err := oneArg(c, "MODEL|EXPORT_DIR")
 			if err != nil {
 				return err
 			}

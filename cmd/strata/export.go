@@ -16,14 +16,15 @@ import (
 
 func exportCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "export",
-		Usage:     "export a checkpoint to DIR/model.onnx and DIR/weight_spec.json, weights referenced in place",
-		ArgsUsage: "MODEL_DIR",
+		Name:        "export",
+		Usage:       "export a checkpoint to DIR/model.onnx and DIR/weight_spec.json, weights referenced in place",
+		ArgsUsage:   modelArgs,
+		Description: modelHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
-			dir, err := oneArg(c, "MODEL_DIR")
+			dir, err := oneArg(c, modelArgs)
 			if err != nil {
 				return err
 			}
@@ -44,6 +45,7 @@ func exportFlags() []cli.Flag {
 		&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
 		&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
 		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
+		revisionFlag,
 		&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
 		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
 		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
@@ -60,10 +62,11 @@ func exportFlags() []cli.Flag {
 // runExport exports the checkpoint in dir and reports it.
 func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, error) {
 	start := time.Now()
-	ckpt, err := openCheckpoint(c, dir, c.String("bin-to"))
+	ckpt, loc, err := openCheckpoint(c, dir, c.String("bin-to"))
 	if err != nil {
 		return nil, err
 	}
+	opts.CheckpointName = loc.Name()
 	reg := loadPlugins(c)
 	defer reg.Close()
 	p, err := reg.For(ckpt.ModelType)

@@ -544,7 +544,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"export without model": {[]string{"export", "--out", "x"}, "exactly one argument, MODEL_DIR"},
+		"export without model": {[]string{"export", "--out", "x"}, "exactly one argument, MODEL"},
 		"export without out":   {[]string{"export", tinyLlama}, `"out"`},
 		"inspect two dirs":     {[]string{"inspect", "a", "b"}, "exactly one argument"},
 	}

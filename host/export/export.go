@@ -7,6 +7,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -44,9 +45,12 @@ type Options struct {
 	ComputeDType string // float32 (default) or float16
 	Link         string // how shards are reached: hardlink (default), copy, symlink
 	Version      string // strata's version, recorded in the outputs
-	Subfunctions bool   // each decoder layer a call of a local function, one per layer kind
-	Weights      string // reference (default) or materialize
-	WeightSpec   string // also write another spec format: "qaic" (version 5, materialised weights only)
+	// CheckpointName identifies the source in the weight spec, never by a
+	// path of the machine (default: the checkpoint directory's name).
+	CheckpointName string
+	Subfunctions   bool   // each decoder layer a call of a local function, one per layer kind
+	Weights        string // reference (default) or materialize
+	WeightSpec     string // also write another spec format: "qaic" (version 5, materialised weights only)
 
 	PluginOptions      map[string]string // options only some plugins know (moe_strategy)
 	ContinuousBatching bool              // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
@@ -271,7 +275,7 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 	spec := &weights.Spec{
 		Format: weights.SpecFormat, Version: weights.SpecVersion,
 		Producer:  weights.Producer{Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion()},
-		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Mode: e.opts.Weights, Checkpoint: e.ckpt.Dir,
+		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Mode: e.opts.Weights, Checkpoint: e.checkpointName(),
 		Files: t.Files, Weights: t.Weights(),
 	}
 	for i := range spec.Files {
@@ -280,6 +284,14 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 		}
 	}
 	return spec
+}
+
+// checkpointName is the spec's identity of the source: a name, not a path.
+func (e *exporter) checkpointName() string {
+	if e.opts.CheckpointName != "" {
+		return e.opts.CheckpointName
+	}
+	return filepath.Base(e.ckpt.Dir)
 }
 
 func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {

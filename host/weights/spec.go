@@ -22,7 +22,9 @@ type Spec struct {
 	ComputeDType string   `json:"compute_dtype"`
 	// Mode is how the graph reaches its weights: reference or materialize.
 	Mode string `json:"mode"`
-	// Checkpoint is the absolute path of the source checkpoint directory.
+	// Checkpoint names the source checkpoint without a path of the
+	// machine: its hub id and commit (org/name@commit) when it came from
+	// the Hugging Face cache, else its directory's name.
 	Checkpoint string   `json:"checkpoint"`
 	Files      []File   `json:"files"`
 	Weights    []Weight `json:"weights"`
