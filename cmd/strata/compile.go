@@ -23,7 +23,7 @@ func compileCommand() *cli.Command {
 		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "compile `DIR` (a checkpoint is exported into DIR/export first)"},
 		&cli.StringFlag{Name: "backend", Value: "qaic", Usage: "qaic (qaic-compile) or ort (ONNX Runtime's optimiser)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "qaic: write specializations.json, custom_io.yaml and compile.sh, do not run the compiler"},
-		&cli.StringFlag{Name: "compiler", Usage: "qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},
+		&cli.StringFlag{Name: "compiler", Usage: "qaic: qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},
 		&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "qaic: batch size"},
 		&cli.IntFlag{Name: "prefill-seq-len", Value: 32, Usage: "qaic: prefill sequence length"},
 		&cli.IntFlag{Name: "ctx-len", Value: 128, Usage: "qaic: context length"},
@@ -46,13 +46,17 @@ func compileCommand() *cli.Command {
 		&cli.StringFlag{Name: "python", Value: "python3", Usage: "ort: a Python with onnxruntime"},
 	}
 	return &cli.Command{
-		Name:      "compile",
-		Usage:     "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
-		ArgsUsage: "MODEL|EXPORT_DIR",
-		Flags:     append(flags, exportFlags()...),
+		Name:        "compile",
+		Usage:       "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
+		ArgsUsage:   "MODEL|EXPORT_DIR",
+		Description: modelHelp + "\nAn EXPORT_DIR (a directory holding model.onnx) is compiled as it is.",
+		Flags:       append(flags, exportFlags()...),
 		Action: func(c *cli.Context) error {
 			src, err := oneArg(c, "MODEL|EXPORT_DIR")
 			if err != nil {
+				return err
+			}
+			if err := checkCompileFlags(c, flags); err != nil {
 				return err
 			}
 			if err := prepareCompileDir(c.String("out")); err != nil {
@@ -66,16 +70,46 @@ func compileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			switch c.String("backend") {
-			case "qaic":
-				return compileQAIC(c, model, exportDir)
-			case "ort":
+			if c.String("backend") == "ort" {
 				return compileORT(c, model)
-			default:
-				return usageError{fmt.Sprintf("unknown --backend %q: use qaic or ort", c.String("backend"))}
 			}
+			return compileQAIC(c, model, exportDir)
 		},
 	}
+}
+
+// checkCompileFlags checks, before any export, what needs no model: the
+// backend, that no flag of the other backend is given, the qaic values, and
+// that the compiler (or ONNX Runtime's Python) is there.
+func checkCompileFlags(c *cli.Context, flags []cli.Flag) error {
+	backend := c.String("backend")
+	if backend != "qaic" && backend != "ort" {
+		return usageError{fmt.Sprintf("unknown --backend %q: use qaic or ort", backend)}
+	}
+	var wrong []string
+	for _, f := range flags {
+		usage := f.(cli.DocGenerationFlag).GetUsage()
+		prefix, _, _ := strings.Cut(usage, ":")
+		if (prefix == "qaic" || prefix == "ort") && prefix != backend && c.IsSet(f.Names()[0]) {
+			wrong = append(wrong, "--"+f.Names()[0])
+		}
+	}
+	if len(wrong) > 0 {
+		other := map[string]string{"qaic": "ort", "ort": "qaic"}[backend]
+		return usageError{fmt.Sprintf("%s: only for --backend %s, but the backend is %s", strings.Join(wrong, ", "), other, backend)}
+	}
+	if backend == "ort" {
+		return compile.CheckORT(c.Context, compile.ORT{Level: c.String("ort-level"), Python: c.String("python")})
+	}
+	if err := qaicOptions(c).CheckFlags(); err != nil {
+		return usageError{err.Error()}
+	}
+	if !c.Bool("dry-run") {
+		if _, err := compile.FindCompiler(c.String("compiler")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compileDirEntries are what compile writes; a directory holding only these
@@ -167,26 +201,27 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	} else if compiler == "" {
 		compiler = compile.DefaultCompiler
 	}
+	script := scriptCompiler(c, compiler)
 	if c.Bool("compile-per-window") {
-		return compileWindows(c, exportDir, o, compiler)
+		return compileWindows(c, exportDir, o, compiler, script)
 	}
 	job, err := compile.PlanQAIC(model, c.String("out"), o)
 	if err != nil {
 		return err
 	}
-	if err := job.Write(compiler); err != nil {
+	if err := job.Write(script); err != nil {
 		return err
 	}
 	for _, n := range job.Notes {
 		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
 	}
-	script := filepath.Join(job.Dir, compile.ScriptFile)
+	scriptPath := filepath.Join(job.Dir, compile.ScriptFile)
 	if c.Bool("dry-run") {
 		fmt.Fprintf(c.App.Writer, "wrote %s, %s, %s in %s (dry run: the compiler did not run)\n",
 			compile.SpecializationsFile, compile.CustomIOFile, compile.ScriptFile, job.Dir)
 		return nil
 	}
-	fmt.Fprintf(c.App.Writer, "$ %s (see %s)\n", compiler, script)
+	fmt.Fprintf(c.App.Writer, "$ %s (see %s)\n", compiler, scriptPath)
 	if err := job.Run(c.Context, compiler, c.App.Writer, c.App.ErrWriter); err != nil {
 		return err
 	}
@@ -194,10 +229,23 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	return nil
 }
 
+// scriptCompiler is the compiler compile.sh names: as given with
+// --compiler, else qaic-compile when it was found on PATH (no path of this
+// machine in the script), else the SDK's location.
+func scriptCompiler(c *cli.Context, found string) string {
+	if c.IsSet("compiler") {
+		return found
+	}
+	if p, err := exec.LookPath("qaic-compile"); err == nil && p == found {
+		return "qaic-compile"
+	}
+	return found
+}
+
 // compileWindows compiles every window model of the export on its own, in
 // OUT/windows/window_<first>_<last>/, -j at once; each compiler's output goes
 // to its compile.log.
-func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler string) error {
+func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler, script string) error {
 	files, err := filepath.Glob(filepath.Join(exportDir, window.Dir, "window_*.onnx"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("%s has no window models: export with --layerwise --keep-windows (or give a checkpoint)", exportDir)
@@ -213,7 +261,7 @@ func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler s
 		if jobs[i], err = compile.PlanQAIC(m, dir, o); err != nil {
 			return err
 		}
-		if err := jobs[i].Write(compiler); err != nil {
+		if err := jobs[i].Write(script); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -73,6 +74,9 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPluginOptions(c, p, ckpt.ModelType, opts.PluginOptions); err != nil {
+		return nil, err
+	}
 	res, err := export.Run(c.Context, p, ckpt, opts)
 	var lw *export.LayerwiseError
 	if errors.As(err, &lw) {
@@ -135,6 +139,38 @@ func pluginOptions(c *cli.Context) (map[string]string, error) {
 		return nil, nil
 	}
 	return out, nil
+}
+
+// checkPluginOptions refuses, before any work, options the plugin does not
+// declare for the architecture: a usage error, as an unknown flag is (an
+// unknown --foo-bar V became the plugin option foo_bar).
+func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opts map[string]string) error {
+	support, ok := p.Support(modelType)
+	if !ok || len(opts) == 0 {
+		return nil
+	}
+	declared := map[string]bool{}
+	var names []string
+	for _, o := range support.GetOptions() {
+		declared[o.GetName()] = true
+		names = append(names, "--"+strings.ReplaceAll(o.GetName(), "_", "-"))
+	}
+	var unknown []string
+	for k := range opts {
+		if !declared[k] {
+			unknown = append(unknown, "--"+strings.ReplaceAll(k, "_", "-"))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	has := "none"
+	if len(names) > 0 {
+		has = strings.Join(names, ", ")
+	}
+	return usageError{fmt.Sprintf("unknown flag or plugin option %s: not a flag of strata %s, and plugin %s declares no such option for %s (its options: %s); see strata %s --help",
+		strings.Join(unknown, ", "), c.Command.Name, p.Desc.GetName(), modelType, has, c.Command.Name)}
 }
 
 func printWindows(c *cli.Context, res *export.Result) {
