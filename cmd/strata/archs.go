@@ -26,9 +26,9 @@ func archsCommand() *cli.Command {
 			defer reg.Close()
 			report := archsReportOf(reg)
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, report)
+				return emitJSON(c, report)
 			}
-			report.print(c.App.Writer)
+			report.print(textOut(c))
 			return nil
 		},
 	}

@@ -38,11 +38,15 @@ func convertBinCommand() *cli.Command {
 }
 
 func reportConversion(c *cli.Context, res *checkpoint.Converted) {
+	w := c.App.Writer
+	if c.Bool("json") || c.Path("stats") == "-" { // stdout holds JSON
+		w = c.App.ErrWriter
+	}
 	if res.Reused {
-		fmt.Fprintf(c.App.Writer, "reusing the safetensors conversion in %s (the .bin files are unchanged)\n", res.Dir)
+		fmt.Fprintf(w, "reusing the safetensors conversion in %s (the .bin files are unchanged)\n", res.Dir)
 		return
 	}
-	fmt.Fprintf(c.App.Writer, "converted %d tensors in %s from .bin to safetensors in %s\n", res.Tensors, plural(res.Shards, "shard"), res.Dir)
+	fmt.Fprintf(w, "converted %d tensors in %s from .bin to safetensors in %s\n", res.Tensors, plural(res.Shards, "shard"), res.Dir)
 }
 
 // openCheckpoint opens MODEL (a directory, a cache repository or a hub id),

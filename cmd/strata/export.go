@@ -23,6 +23,7 @@ func exportCommand() *cli.Command {
 		Description: modelHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
+			jsonFlag,
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
 			dir, err := oneArg(c, modelArgs)
@@ -33,8 +34,11 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			_, err = runExport(c, dir, opts)
-			return err
+			_, summary, err := runExport(c, dir, opts)
+			if err != nil || !c.Bool("json") {
+				return err
+			}
+			return emitJSON(c, summary)
 		},
 	}
 }
@@ -60,45 +64,39 @@ func exportFlags() []cli.Flag {
 	}
 }
 
-// runExport exports the checkpoint in dir and reports it.
-func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, error) {
+// runExport exports the checkpoint in dir and reports it (in text, unless
+// --json: then the caller prints the summary).
+func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, *exportSummary, error) {
 	start := time.Now()
 	ckpt, loc, err := openCheckpoint(c, dir, c.String("bin-to"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts.CheckpointName = loc.Name()
 	reg := loadPlugins(c)
 	defer reg.Close()
 	p, err := reg.For(ckpt.ModelType)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := checkPluginOptions(c, p, ckpt.ModelType, opts.PluginOptions); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res, err := export.Run(c.Context, p, ckpt, opts)
 	var lw *export.LayerwiseError
 	if errors.As(err, &lw) {
-		return nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
+		return nil, nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fmt.Fprintf(c.App.Writer, "exported %s with plugin %s %s: %d layers, %s parameters, compute %s\n",
-		ckpt.ModelType, p.Desc.GetName(), p.Desc.GetVersion(), len(res.Plan.GetLayers()), human(res.Parameters, ""), res.Spec.ComputeDType)
-	fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
-		res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "file"),
-		linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
-	for _, m := range res.SeparateModels {
-		fmt.Fprintf(c.App.Writer, "  %s (%s)\n", m.Path, human(int64(m.Bytes), "B"))
-	}
-	printWindows(c, res)
 	recordBytesRead(c, ckpt.BytesRead)
+	summary := summarizeExport(start, p, ckpt, loc, opts, res)
+	summary.print(textOut(c))
 	for _, n := range res.Notes {
 		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
 	}
-	return res, nil
+	return res, summary, nil
 }
 
 func exportOptions(c *cli.Context, out string) (export.Options, error) {
@@ -171,17 +169,6 @@ func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opt
 	}
 	return usageError{fmt.Sprintf("unknown flag or plugin option %s: not a flag of strata %s, and plugin %s declares no such option for %s (its options: %s); see strata %s --help",
 		strings.Join(unknown, ", "), c.Command.Name, p.Desc.GetName(), modelType, has, c.Command.Name)}
-}
-
-func printWindows(c *cli.Context, res *export.Result) {
-	if len(res.WindowsWritten)+len(res.WindowsKept) == 0 {
-		return
-	}
-	fmt.Fprintf(c.App.Writer, "  %s stitched: %d written, %d unchanged since the last run (kept)\n",
-		plural(len(res.WindowsWritten)+len(res.WindowsKept), "window"), len(res.WindowsWritten), len(res.WindowsKept))
-	if len(res.WindowsKept) > 0 {
-		fmt.Fprintf(c.App.Writer, "  unchanged: %s\n", strings.Join(res.WindowsKept, " "))
-	}
 }
 
 // layerwiseArchs lists the model_types whose plugin supports --layerwise.

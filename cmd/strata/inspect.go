@@ -39,11 +39,11 @@ func inspectCommand() *cli.Command {
 			report := inspectCheckpoint(c, ckpt, reg)
 			report.HubID, report.Revision, report.Commit = loc.HubID, loc.Revision, loc.Commit
 			if c.Bool("json") {
-				if err := writeJSON(c.App.Writer, report); err != nil {
+				if err := emitJSON(c, report); err != nil {
 					return err
 				}
 			} else {
-				report.print(c.App.Writer)
+				report.print(textOut(c))
 			}
 			if !report.Supported {
 				// The report is printed; the exit status says strata cannot export it.
@@ -157,7 +157,8 @@ func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint) {
 }
 
 func (r inspectReport) print(w io.Writer) {
-	row := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k, v) }
+	// Labels are the --json names (config numbers: their short names).
+	row := func(k, v string) { fmt.Fprintf(w, "%-19s %s\n", k, v) }
 	row("checkpoint", r.Checkpoint)
 	if r.HubID != "" {
 		row("hub", fmt.Sprintf("%s, revision %s, commit %s (Hugging Face cache)", r.HubID, r.Revision, r.Commit))
@@ -187,9 +188,9 @@ func (r inspectReport) print(w io.Writer) {
 	// Every shard is listed by --json; here only their sum.
 	row("shards", fmt.Sprintf("%s, %s, %s", plural(len(r.Shards), "file"), human(r.Bytes, "B"), plural(tensors, "tensor")))
 	row("supported", yesNo(r.Supported, ""))
-	row("layerwise", yesNo(r.LayerwiseSupported, ""))
+	row("layerwise_supported", yesNo(r.LayerwiseSupported, ""))
 	for _, why := range r.Reasons {
-		row("reason", why)
+		row("reasons", why)
 	}
 }
 

@@ -39,15 +39,15 @@ func TestInspectKeyNumbers(t *testing.T) {
 	}{
 		"llama": {model: tinyLlama, want: archNumbers{HiddenSize: 64, IntermediateSize: 96, Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 8,
 			VocabSize: 128, ContextLength: 128, RoPEType: "default", RoPETheta: theta(10000), DType: "bfloat16"},
-			text: []string{"8 heads, 2 KV heads, head_dim 8", "1 file, 150.24 kB, 21 tensors", "rope         default, theta 10000"}},
+			text: []string{"8 heads, 2 KV heads, head_dim 8", "1 file, 150.24 kB, 21 tensors", "default, theta 10000"}},
 		"qwen3moe": {model: filepath.Join(testbin.Root(), "conformance", "fixtures", "qwen3moe-f32-top2-norm", "model"),
 			want: archNumbers{HiddenSize: 64, IntermediateSize: 96, Layers: 2, Heads: 4, KVHeads: 4, HeadDim: 16, VocabSize: 128,
 				ContextLength: 128, RoPEType: "default", RoPETheta: theta(10000), Experts: 8, ExpertsPerToken: 2, MoEIntermediateSize: 32, DType: "float32"},
-			text: []string{"experts      8, top-2, intermediate 32"}},
+			text: []string{"8, top-2, intermediate 32"}},
 		"text_config, unsupported": {model: vlmLike(t), code: 1,
 			want: archNumbers{HiddenSize: 64, Layers: 3, Heads: 8, KVHeads: 2, HeadDim: 8, VocabSize: 128, ContextLength: 4096,
 				RoPEType: "yarn", RoPETheta: theta(500000), Experts: 16, ExpertsPerToken: 4, SharedExperts: 1, MTPLayers: 1, TextConfig: true},
-			text: []string{"64 (text_config)", "experts      16, top-4, 1 shared", "mtp          1 layer", "supported    no", "no plugin handles model_type some_vlm"}},
+			text: []string{"64 (text_config)", "16, top-4, 1 shared", "1 layer", "layerwise_supported no", "no plugin handles model_type some_vlm"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
