@@ -284,17 +284,14 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	return nil
 }
 
-// scriptCompiler is the compiler compile.sh names: as given with
-// --compiler, else qaic-compile when it was found on PATH (no path of this
-// machine in the script), else the SDK's location.
-func scriptCompiler(c *cli.Context, found string) string {
-	if c.IsSet("compiler") {
+// scriptCompiler is the compiler compile.sh names: the SDK's location when
+// that is the one found, else qaic-compile (looked up on PATH when the script
+// runs; QAIC_COMPILE overrides it): no path of this machine in the script.
+func scriptCompiler(_ *cli.Context, found string) string {
+	if found == compile.DefaultCompiler {
 		return found
 	}
-	if p, err := exec.LookPath("qaic-compile"); err == nil && p == found {
-		return "qaic-compile"
-	}
-	return found
+	return "qaic-compile"
 }
 
 // compileWindows compiles every window model of the export on its own, in

@@ -227,10 +227,6 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 		}
 		extra[weights.QAICSpecFile] = qaic
 	}
-	model, err := encode(m)
-	if err != nil {
-		return 0, err
-	}
 	specs := []*weights.Spec{spec}
 	for _, s := range e.separate {
 		extra[s.file] = s.data
@@ -244,6 +240,16 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 		return 0, err
 	}
 	*spec = *all
+	// The model's metadata points at weight_spec.json rather than holding it.
+	ref, err := spec.Reference(SpecFile)
+	if err != nil {
+		return 0, err
+	}
+	setMetadata(m, weights.MetadataKey, ref)
+	model, err := encode(m)
+	if err != nil {
+		return 0, err
+	}
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -433,6 +439,17 @@ func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version
 		props[window.MetadataKey] = span.String()
 	}
 	return b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}), nil
+}
+
+// setMetadata sets (or adds) a metadata entry of m.
+func setMetadata(m *onnxpb.ModelProto, key, value string) {
+	for _, p := range m.GetMetadataProps() {
+		if p.GetKey() == key {
+			p.Value = value
+			return
+		}
+	}
+	m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: key, Value: value})
 }
 
 // encode marshals a model deterministically: the same model, the same bytes.
