@@ -7,6 +7,7 @@ Needs bin/strata and its plugins (make build) and the packages in
 requirements-test.txt. A missing binary or fixture fails; nothing is skipped.
 """
 
+import hashlib
 import json
 import os
 import struct
@@ -220,8 +221,19 @@ def test_weights_referenced_in_place(name, tmp_path):
     spec = export(fx.model, out)
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert model.graph.initializer, "no initializers"
+    # The metadata points at weight_spec.json (its hash and counts) rather
+    # than holding it; no path of the machine is in either.
     meta = {p.key: p.value for p in model.metadata_props}
-    assert json.loads(meta["strata.weight_spec"]) == spec
+    ref = json.loads(meta["strata.weight_spec"])
+    with open(out / ref["path"], "rb") as f:
+        spec_bytes = f.read()
+    assert ref == {"format": "strata.weight_spec", "version": 1, "path": "weight_spec.json",
+                   "sha256": hashlib.sha256(spec_bytes).hexdigest(),
+                   "weights": len(spec["weights"]), "files": len(spec["files"])}
+    assert json.loads(spec_bytes) == spec
+    assert not os.path.isabs(spec["checkpoint"]) and os.sep not in spec["checkpoint"], spec["checkpoint"]
+    for data in (spec_bytes, open(out / "model.onnx", "rb").read()):
+        assert os.path.abspath(fx.model).encode() not in data, "an absolute path of the machine is in the output"
     files = {f["path"]: f for f in spec["files"]}
     assert {f["kind"] for f in spec["files"]} == {"checkpoint"}
     for init in model.graph.initializer:
@@ -306,7 +318,7 @@ def test_qaic_weight_spec(tmp_path):
     with open(out / "weight_spec_qaic.json") as f:
         qaic = json.load(f)
     assert qaic["version"] == 5 and qaic["model_name"] == "LlamaForCausalLM"
-    assert qaic["model_id"] == str(out / "weights")
+    assert qaic["model_id"] == "weights"  # relative to the export directory: no path of the machine
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert not model.graph.initializer
     meta = {p.key: p.value for p in model.metadata_props}

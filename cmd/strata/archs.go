@@ -26,9 +26,9 @@ func archsCommand() *cli.Command {
 			defer reg.Close()
 			report := archsReportOf(reg)
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, report)
+				return emitJSON(c, report)
 			}
-			report.print(c.App.Writer)
+			report.print(textOut(c))
 			return nil
 		},
 	}
@@ -37,6 +37,8 @@ func archsCommand() *cli.Command {
 type archsReport struct {
 	SearchPath []plugins.SearchDir `json:"search_path"`
 	Plugins    []pluginReport      `json:"plugins"`
+	// Skipped are files named like plugins that are not used (not executable…).
+	Skipped []skippedPlugin `json:"skipped,omitempty"`
 }
 
 type pluginReport struct {
@@ -58,7 +60,7 @@ type archReport struct {
 }
 
 func archsReportOf(reg *plugins.Registry) archsReport {
-	r := archsReport{SearchPath: reg.Dirs, Plugins: []pluginReport{}}
+	r := archsReport{SearchPath: reg.Dirs, Plugins: []pluginReport{}, Skipped: skippedPlugins(reg.Dirs)}
 	for _, p := range reg.Plugins {
 		pr := pluginReport{Name: p.Name, Path: p.Path, FoundVia: p.Source}
 		if p.Err != nil {
@@ -81,6 +83,11 @@ func archsReportOf(reg *plugins.Registry) archsReport {
 }
 
 func (r archsReport) print(w io.Writer) {
+	defer func() {
+		for _, s := range r.Skipped {
+			fmt.Fprintf(w, "%s (%s)\n  SKIPPED: %s\n", s.Path, s.FoundVia, s.Reason)
+		}
+	}()
 	if len(r.Plugins) == 0 {
 		fmt.Fprintln(w, "no strata-plugin-* binaries found; looked in:")
 		for _, d := range r.SearchPath {

@@ -45,12 +45,14 @@ func interspersed(app *cli.App, args []string) []string {
 				out = append(out, args[i+1])
 				i++
 			}
+		case a == "--help" || a == "-h":
+			flags = append(flags, a)
 		case strings.HasPrefix(a, "--") && !isFlag(cmd.Flags, a) && isFlag(cmd.Flags, "--"+pluginOptionFlag):
 			// A flag strata does not have is a plugin's option: --moe-strategy
 			// dense is --plugin-option moe_strategy=dense. The plugin refuses
 			// names it does not know.
 			name, value, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !hasValue && i+1 < len(args) {
+			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
 				value, hasValue = args[i+1], true
 				i++
 			}

@@ -28,3 +28,22 @@ func TestInterspersed(t *testing.T) {
 		})
 	}
 }
+
+func TestInterspersedHelpAndPluginOptions(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	cases := map[string]struct{ in, want string }{
+		"help before a global flag":    {"export --help --plugin-dir P", "--plugin-dir P export --help"},
+		"plugin option with a value":   {"export M --moe-strategy dense --out D", "export --plugin-option moe_strategy=dense --out D M"},
+		"plugin option then a flag":    {"export M --bogus --out D", "export --bogus --out D M"},
+		"plugin option, name=value":    {"compile M --moe-strategy=gather", "compile --plugin-option moe_strategy=gather M"},
+		"negative plugin option value": {"export M --offset -1", "export --plugin-option offset=-1 M"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := interspersed(app, append([]string{"strata"}, strings.Fields(tc.in)...))
+			if want := append([]string{"strata"}, strings.Fields(tc.want)...); !slices.Equal(got, want) {
+				t.Errorf("interspersed(%q) = %q, want %q", tc.in, got[1:], want[1:])
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,9 +23,10 @@ import (
 func compileCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "compile `DIR` (a checkpoint is exported into DIR/export first)"},
+		jsonFlag,
 		&cli.StringFlag{Name: "backend", Value: "qaic", Usage: "qaic (qaic-compile) or ort (ONNX Runtime's optimiser)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "qaic: write specializations.json, custom_io.yaml and compile.sh, do not run the compiler"},
-		&cli.StringFlag{Name: "compiler", Usage: "qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},
+		&cli.StringFlag{Name: "compiler", Usage: "qaic: qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},
 		&cli.IntFlag{Name: "batch-size", Value: 1, Usage: "qaic: batch size"},
 		&cli.IntFlag{Name: "prefill-seq-len", Value: 32, Usage: "qaic: prefill sequence length"},
 		&cli.IntFlag{Name: "ctx-len", Value: 128, Usage: "qaic: context length"},
@@ -46,19 +49,24 @@ func compileCommand() *cli.Command {
 		&cli.StringFlag{Name: "python", Value: "python3", Usage: "ort: a Python with onnxruntime"},
 	}
 	return &cli.Command{
-		Name:      "compile",
-		Usage:     "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
-		ArgsUsage: "MODEL_DIR|EXPORT_DIR",
-		Flags:     append(flags, exportFlags()...),
+		Name:        "compile",
+		Usage:       "compile an export (or a checkpoint, exported first) with qaic-compile or ONNX Runtime",
+		ArgsUsage:   "MODEL|EXPORT_DIR",
+		Description: modelHelp + "\nAn EXPORT_DIR (a directory holding model.onnx) is compiled as it is.",
+		Flags:       append(flags, exportFlags()...),
 		Action: func(c *cli.Context) error {
-			src, err := oneArg(c, "MODEL_DIR|EXPORT_DIR")
+			src, err := oneArg(c, "MODEL|EXPORT_DIR")
 			if err != nil {
+				return err
+			}
+			if err := checkCompileFlags(c, flags); err != nil {
 				return err
 			}
 			if err := prepareCompileDir(c.String("out")); err != nil {
 				return err
 			}
-			exportDir, err := exportForCompile(c, src)
+			start := time.Now()
+			exportDir, exported, err := exportForCompile(c, src)
 			if err != nil {
 				return err
 			}
@@ -66,16 +74,52 @@ func compileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			switch c.String("backend") {
-			case "qaic":
-				return compileQAIC(c, model, exportDir)
-			case "ort":
-				return compileORT(c, model)
-			default:
-				return usageError{fmt.Sprintf("unknown --backend %q: use qaic or ort", c.String("backend"))}
+			var ortReport *compile.ORTReport
+			if c.String("backend") == "ort" {
+				ortReport, err = compileORT(c, model)
+			} else {
+				err = compileQAIC(c, model, exportDir)
 			}
+			if err != nil || !c.Bool("json") {
+				return err
+			}
+			return emitJSON(c, summarizeCompile(c, start, exportDir, exported, ortReport))
 		},
 	}
+}
+
+// checkCompileFlags checks, before any export, what needs no model: the
+// backend, that no flag of the other backend is given, the qaic values, and
+// that the compiler (or ONNX Runtime's Python) is there.
+func checkCompileFlags(c *cli.Context, flags []cli.Flag) error {
+	backend := c.String("backend")
+	if backend != "qaic" && backend != "ort" {
+		return usageError{fmt.Sprintf("unknown --backend %q: use qaic or ort", backend)}
+	}
+	var wrong []string
+	for _, f := range flags {
+		usage := f.(cli.DocGenerationFlag).GetUsage()
+		prefix, _, _ := strings.Cut(usage, ":")
+		if (prefix == "qaic" || prefix == "ort") && prefix != backend && c.IsSet(f.Names()[0]) {
+			wrong = append(wrong, "--"+f.Names()[0])
+		}
+	}
+	if len(wrong) > 0 {
+		other := map[string]string{"qaic": "ort", "ort": "qaic"}[backend]
+		return usageError{fmt.Sprintf("%s: only for --backend %s, but the backend is %s", strings.Join(wrong, ", "), other, backend)}
+	}
+	if backend == "ort" {
+		return compile.CheckORT(c.Context, compile.ORT{Level: c.String("ort-level"), Python: c.String("python")})
+	}
+	if err := qaicOptions(c).CheckFlags(); err != nil {
+		return usageError{err.Error()}
+	}
+	if !c.Bool("dry-run") {
+		if _, err := compile.FindCompiler(c.String("compiler")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // compileDirEntries are what compile writes; a directory holding only these
@@ -100,26 +144,67 @@ func prepareCompileDir(dir string) error {
 
 // exportForCompile returns the export to compile: src itself when it is one
 // (export options then make no sense), else src exported into OUT/export.
-func exportForCompile(c *cli.Context, src string) (string, error) {
+func exportForCompile(c *cli.Context, src string) (string, *exportSummary, error) {
 	isExport := fileExists(filepath.Join(src, export.ModelFile))
 	if isExport {
 		for _, f := range exportFlags() {
 			if name := f.Names()[0]; c.IsSet(name) && name != "subfunctions" && name != "jobs" {
-				return "", usageError{fmt.Sprintf("--%s is an export option, but %s is already an export; give a checkpoint to export and compile", name, src)}
+				return "", nil, usageError{fmt.Sprintf("--%s is an export option, but %s is already an export; give a checkpoint to export and compile", name, src)}
 			}
 		}
-		return src, nil
+		return src, nil, nil
 	}
 	out := filepath.Join(c.String("out"), "export")
 	opts, err := exportOptions(c, out)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if c.Bool("compile-per-window") {
 		opts.Layerwise, opts.KeepWindows = true, true
 	}
-	_, err = runExport(c, src, opts)
-	return out, err
+	_, summary, err := runExport(c, src, opts)
+	return out, summary, err
+}
+
+// compileSummary is compile's --json result.
+type compileSummary struct {
+	Command string `json:"command"`
+	Backend string `json:"backend"`
+	Out     string `json:"out"`
+	// ExportDir is the export compiled; Export its summary when compile
+	// exported the checkpoint first.
+	ExportDir string         `json:"export_dir"`
+	Export    *exportSummary `json:"export,omitempty"`
+	DryRun    bool           `json:"dry_run"`
+	// Binaries are the compiled program directories (qaic).
+	Binaries []string           `json:"binaries,omitempty"`
+	ORT      *compile.ORTReport `json:"ort,omitempty"`
+	Files    []writtenRef       `json:"files"`
+	Seconds  float64            `json:"seconds"`
+}
+
+func summarizeCompile(c *cli.Context, start time.Time, exportDir string, exported *exportSummary, ortReport *compile.ORTReport) *compileSummary {
+	out := c.String("out")
+	s := &compileSummary{Command: "compile", Backend: c.String("backend"), Out: out, ExportDir: exportDir, Export: exported,
+		DryRun: c.Bool("dry-run"), ORT: ortReport, Files: []writtenRef{}}
+	skip := filepath.Join(out, "export")
+	filepath.WalkDir(out, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir() && (path == skip || strings.HasPrefix(d.Name(), ".strata-")):
+			return filepath.SkipDir
+		case d.IsDir() && d.Name() == compile.BinaryDir:
+			s.Binaries = append(s.Binaries, path)
+		case d.Type().IsRegular():
+			if info, err := d.Info(); err == nil {
+				s.Files = append(s.Files, writtenRef{Path: path, Bytes: info.Size(), What: "compile"})
+			}
+		}
+		return nil
+	})
+	s.Seconds = time.Since(start).Seconds()
+	return s
 }
 
 func fileExists(path string) bool {
@@ -167,37 +252,52 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	} else if compiler == "" {
 		compiler = compile.DefaultCompiler
 	}
+	script := scriptCompiler(c, compiler)
 	if c.Bool("compile-per-window") {
-		return compileWindows(c, exportDir, o, compiler)
+		return compileWindows(c, exportDir, o, compiler, script)
 	}
 	job, err := compile.PlanQAIC(model, c.String("out"), o)
 	if err != nil {
 		return err
 	}
-	if err := job.Write(compiler); err != nil {
+	if err := job.Write(script); err != nil {
 		return err
 	}
 	for _, n := range job.Notes {
 		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
 	}
-	script := filepath.Join(job.Dir, compile.ScriptFile)
+	scriptPath := filepath.Join(job.Dir, compile.ScriptFile)
 	if c.Bool("dry-run") {
-		fmt.Fprintf(c.App.Writer, "wrote %s, %s, %s in %s (dry run: the compiler did not run)\n",
+		fmt.Fprintf(textOut(c), "wrote %s, %s, %s in %s (dry run: the compiler did not run)\n",
 			compile.SpecializationsFile, compile.CustomIOFile, compile.ScriptFile, job.Dir)
 		return nil
 	}
-	fmt.Fprintf(c.App.Writer, "$ %s (see %s)\n", compiler, script)
-	if err := job.Run(c.Context, compiler, c.App.Writer, c.App.ErrWriter); err != nil {
+	fmt.Fprintf(textOut(c), "$ %s (see %s)\n", compiler, scriptPath)
+	compilerOut := c.App.Writer
+	if c.Bool("json") || c.Path("stats") == "-" { // stdout holds only JSON
+		compilerOut = c.App.ErrWriter
+	}
+	if err := job.Run(c.Context, compiler, compilerOut, c.App.ErrWriter); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "compiled to %s\n", filepath.Join(job.Dir, compile.BinaryDir))
+	fmt.Fprintf(textOut(c), "compiled to %s\n", filepath.Join(job.Dir, compile.BinaryDir))
 	return nil
+}
+
+// scriptCompiler is the compiler compile.sh names: the SDK's location when
+// that is the one found, else qaic-compile (looked up on PATH when the script
+// runs; QAIC_COMPILE overrides it): no path of this machine in the script.
+func scriptCompiler(_ *cli.Context, found string) string {
+	if found == compile.DefaultCompiler {
+		return found
+	}
+	return "qaic-compile"
 }
 
 // compileWindows compiles every window model of the export on its own, in
 // OUT/windows/window_<first>_<last>/, -j at once; each compiler's output goes
 // to its compile.log.
-func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler string) error {
+func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler, script string) error {
 	files, err := filepath.Glob(filepath.Join(exportDir, window.Dir, "window_*.onnx"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("%s has no window models: export with --layerwise --keep-windows (or give a checkpoint)", exportDir)
@@ -213,12 +313,12 @@ func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler s
 		if jobs[i], err = compile.PlanQAIC(m, dir, o); err != nil {
 			return err
 		}
-		if err := jobs[i].Write(compiler); err != nil {
+		if err := jobs[i].Write(script); err != nil {
 			return err
 		}
 	}
 	if c.Bool("dry-run") {
-		fmt.Fprintf(c.App.Writer, "wrote the compile files of %s in %s (dry run)\n", plural(len(jobs), "window"), filepath.Join(c.String("out"), window.Dir))
+		fmt.Fprintf(textOut(c), "wrote the compile files of %s in %s (dry run)\n", plural(len(jobs), "window"), filepath.Join(c.String("out"), window.Dir))
 		return nil
 	}
 	return runJobs(c, jobs, compiler)
@@ -253,7 +353,7 @@ func runJobs(c *cli.Context, jobs []*compile.Job, compiler string) error {
 				errs = append(errs, fmt.Sprintf("%s: %v", filepath.Base(j.Dir), err))
 				return
 			}
-			fmt.Fprintf(c.App.Writer, "compiled %s\n", filepath.Join(j.Dir, compile.BinaryDir))
+			fmt.Fprintf(textOut(c), "compiled %s\n", filepath.Join(j.Dir, compile.BinaryDir))
 		}()
 	}
 	wg.Wait()
@@ -264,20 +364,21 @@ func runJobs(c *cli.Context, jobs []*compile.Job, compiler string) error {
 	return nil
 }
 
-func compileORT(c *cli.Context, model *compile.Model) error {
+func compileORT(c *cli.Context, model *compile.Model) (*compile.ORTReport, error) {
 	r, err := compile.CompileORT(c.Context, model, c.String("out"), compile.ORT{
 		Level: c.String("ort-level"), ORTFormat: c.Bool("ort-format"), Python: c.String("python"),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fmt.Fprintf(c.App.Writer, "optimised with ONNX Runtime %s (level %s) in %.2fs: %d nodes -> %d\n  %s\n",
+	w := textOut(c)
+	fmt.Fprintf(w, "optimised with ONNX Runtime %s (level %s) in %.2fs: %d nodes -> %d\n  %s\n",
 		r.ONNXRuntime, r.Level, r.Seconds, r.NodesBefore, r.NodesAfter, r.Model)
 	switch {
 	case r.ORTFormat != "":
-		fmt.Fprintf(c.App.Writer, "  %s (ORT format)\n", r.ORTFormat)
+		fmt.Fprintf(w, "  %s (ORT format)\n", r.ORTFormat)
 	case r.ORTFormatSkipped != "":
-		fmt.Fprintf(c.App.Writer, "  ORT format skipped: %s\n", r.ORTFormatSkipped)
+		fmt.Fprintf(w, "  ORT format skipped: %s\n", r.ORTFormatSkipped)
 	}
-	return nil
+	return r, nil
 }

@@ -10,18 +10,24 @@ import (
 
 func convertBinCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "convert-bin",
-		Usage:     "convert a PyTorch .bin checkpoint to safetensors (no code in the pickles runs; anything but tensors is refused)",
-		ArgsUsage: "MODEL_DIR",
+		Name:        "convert-bin",
+		Usage:       "convert a PyTorch .bin checkpoint to safetensors (no code in the pickles runs; anything but tensors is refused)",
+		ArgsUsage:   modelArgs,
+		Description: modelHelp,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "`DIR` for the safetensors checkpoint (new, empty, or an earlier conversion)"},
+			revisionFlag,
 		},
 		Action: func(c *cli.Context) error {
-			dir, err := oneArg(c, "MODEL_DIR")
+			model, err := oneArg(c, modelArgs)
 			if err != nil {
 				return err
 			}
-			res, err := checkpoint.ConvertBin(c.Context, dir, c.String("out"))
+			loc, err := locateModel(c, model)
+			if err != nil {
+				return err
+			}
+			res, err := checkpoint.ConvertBin(c.Context, loc.Dir, c.String("out"))
 			if err != nil {
 				return err
 			}
@@ -32,16 +38,29 @@ func convertBinCommand() *cli.Command {
 }
 
 func reportConversion(c *cli.Context, res *checkpoint.Converted) {
+	w := c.App.Writer
+	if c.Bool("json") || c.Path("stats") == "-" { // stdout holds JSON
+		w = c.App.ErrWriter
+	}
 	if res.Reused {
-		fmt.Fprintf(c.App.Writer, "reusing the safetensors conversion in %s (the .bin files are unchanged)\n", res.Dir)
+		fmt.Fprintf(w, "reusing the safetensors conversion in %s (the .bin files are unchanged)\n", res.Dir)
 		return
 	}
-	fmt.Fprintf(c.App.Writer, "converted %d tensors in %s from .bin to safetensors in %s\n", res.Tensors, plural(res.Shards, "shard"), res.Dir)
+	fmt.Fprintf(w, "converted %d tensors in %s from .bin to safetensors in %s\n", res.Tensors, plural(res.Shards, "shard"), res.Dir)
 }
 
-// openCheckpoint opens MODEL_DIR, first converting a .bin checkpoint into
-// binTo when given.
-func openCheckpoint(c *cli.Context, dir, binTo string) (*checkpoint.Checkpoint, error) {
+// openCheckpoint opens MODEL (a directory, a cache repository or a hub id),
+// first converting a .bin checkpoint into binTo when given.
+func openCheckpoint(c *cli.Context, model, binTo string) (*checkpoint.Checkpoint, checkpoint.Location, error) {
+	loc, err := locateModel(c, model)
+	if err != nil {
+		return nil, loc, err
+	}
+	ckpt, err := openLocated(c, loc.Dir, binTo)
+	return ckpt, loc, err
+}
+
+func openLocated(c *cli.Context, dir, binTo string) (*checkpoint.Checkpoint, error) {
 	if checkpoint.IsBin(dir) {
 		if binTo == "" {
 			return nil, fmt.Errorf("%s is a PyTorch .bin checkpoint: pass --bin-to DIR to convert it to safetensors there once and export that (or run strata convert-bin first)", dir)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,14 +17,16 @@ import (
 
 func exportCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "export",
-		Usage:     "export a checkpoint to DIR/model.onnx and DIR/weight_spec.json, weights referenced in place",
-		ArgsUsage: "MODEL_DIR",
+		Name:        "export",
+		Usage:       "export a checkpoint to DIR/model.onnx and DIR/weight_spec.json, weights referenced in place",
+		ArgsUsage:   modelArgs,
+		Description: modelHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
+			jsonFlag,
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
-			dir, err := oneArg(c, "MODEL_DIR")
+			dir, err := oneArg(c, modelArgs)
 			if err != nil {
 				return err
 			}
@@ -31,8 +34,11 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			_, err = runExport(c, dir, opts)
-			return err
+			_, summary, err := runExport(c, dir, opts)
+			if err != nil || !c.Bool("json") {
+				return err
+			}
+			return emitJSON(c, summary)
 		},
 	}
 }
@@ -44,6 +50,7 @@ func exportFlags() []cli.Flag {
 		&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
 		&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
 		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
+		revisionFlag,
 		&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
 		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
 		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
@@ -57,41 +64,39 @@ func exportFlags() []cli.Flag {
 	}
 }
 
-// runExport exports the checkpoint in dir and reports it.
-func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, error) {
+// runExport exports the checkpoint in dir and reports it (in text, unless
+// --json: then the caller prints the summary).
+func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, *exportSummary, error) {
 	start := time.Now()
-	ckpt, err := openCheckpoint(c, dir, c.String("bin-to"))
+	ckpt, loc, err := openCheckpoint(c, dir, c.String("bin-to"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	opts.CheckpointName = loc.Name()
 	reg := loadPlugins(c)
 	defer reg.Close()
 	p, err := reg.For(ckpt.ModelType)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if err := checkPluginOptions(c, p, ckpt.ModelType, opts.PluginOptions); err != nil {
+		return nil, nil, err
 	}
 	res, err := export.Run(c.Context, p, ckpt, opts)
 	var lw *export.LayerwiseError
 	if errors.As(err, &lw) {
-		return nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
+		return nil, nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fmt.Fprintf(c.App.Writer, "exported %s with plugin %s %s: %d layers, %s parameters, compute %s\n",
-		ckpt.ModelType, p.Desc.GetName(), p.Desc.GetVersion(), len(res.Plan.GetLayers()), human(res.Parameters, ""), res.Spec.ComputeDType)
-	fmt.Fprintf(c.App.Writer, "  %s (%s)\n  %s (%d weights in %s, %s into %s/)\n  in %s; read %s of the checkpoint (headers only)\n",
-		res.ModelPath, human(int64(res.ModelBytes), "B"), res.SpecPath, len(res.Spec.Weights), plural(len(res.Spec.Files), "file"),
-		linkVerb(c.String("link")), weights.DataDir, time.Since(start).Round(time.Millisecond), human(ckpt.BytesRead, "B"))
-	for _, m := range res.SeparateModels {
-		fmt.Fprintf(c.App.Writer, "  %s (%s)\n", m.Path, human(int64(m.Bytes), "B"))
-	}
-	printWindows(c, res)
 	recordBytesRead(c, ckpt.BytesRead)
+	summary := summarizeExport(start, p, ckpt, loc, opts, res)
+	summary.print(textOut(c))
 	for _, n := range res.Notes {
 		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
 	}
-	return res, nil
+	return res, summary, nil
 }
 
 func exportOptions(c *cli.Context, out string) (export.Options, error) {
@@ -134,15 +139,36 @@ func pluginOptions(c *cli.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func printWindows(c *cli.Context, res *export.Result) {
-	if len(res.WindowsWritten)+len(res.WindowsKept) == 0 {
-		return
+// checkPluginOptions refuses, before any work, options the plugin does not
+// declare for the architecture: a usage error, as an unknown flag is (an
+// unknown --foo-bar V became the plugin option foo_bar).
+func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opts map[string]string) error {
+	support, ok := p.Support(modelType)
+	if !ok || len(opts) == 0 {
+		return nil
 	}
-	fmt.Fprintf(c.App.Writer, "  %s stitched: %d written, %d unchanged since the last run (kept)\n",
-		plural(len(res.WindowsWritten)+len(res.WindowsKept), "window"), len(res.WindowsWritten), len(res.WindowsKept))
-	if len(res.WindowsKept) > 0 {
-		fmt.Fprintf(c.App.Writer, "  unchanged: %s\n", strings.Join(res.WindowsKept, " "))
+	declared := map[string]bool{}
+	var names []string
+	for _, o := range support.GetOptions() {
+		declared[o.GetName()] = true
+		names = append(names, "--"+strings.ReplaceAll(o.GetName(), "_", "-"))
 	}
+	var unknown []string
+	for k := range opts {
+		if !declared[k] {
+			unknown = append(unknown, "--"+strings.ReplaceAll(k, "_", "-"))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	has := "none"
+	if len(names) > 0 {
+		has = strings.Join(names, ", ")
+	}
+	return usageError{fmt.Sprintf("unknown flag or plugin option %s: not a flag of strata %s, and plugin %s declares no such option for %s (its options: %s); see strata %s --help",
+		strings.Join(unknown, ", "), c.Command.Name, p.Desc.GetName(), modelType, has, c.Command.Name)}
 }
 
 // layerwiseArchs lists the model_types whose plugin supports --layerwise.

@@ -16,35 +16,56 @@ import (
 
 func inspectCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "inspect",
-		Usage:     "describe a checkpoint: architecture, plugin, layers, parameters, dtypes, shards, and whether strata can export it",
-		ArgsUsage: "MODEL_DIR",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Name:        "inspect",
+		Usage:       "describe a checkpoint: architecture, plugin, layers, parameters, dtypes, shards, and whether strata can export it",
+		ArgsUsage:   modelArgs,
+		Description: modelHelp,
+		Flags:       []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}, revisionFlag},
 		Action: func(c *cli.Context) error {
-			dir, err := oneArg(c, "MODEL_DIR")
+			model, err := oneArg(c, modelArgs)
 			if err != nil {
 				return err
 			}
-			ckpt, err := checkpoint.Open(dir)
+			loc, err := locateModel(c, model)
+			if err != nil {
+				return err
+			}
+			ckpt, err := checkpoint.Open(loc.Dir)
 			if err != nil {
 				return err
 			}
 			reg := loadPlugins(c)
 			defer reg.Close()
 			report := inspectCheckpoint(c, ckpt, reg)
+			report.HubID, report.Revision, report.Commit = loc.HubID, loc.Revision, loc.Commit
 			if c.Bool("json") {
-				return writeJSON(c.App.Writer, report)
+				if err := emitJSON(c, report); err != nil {
+					return err
+				}
+			} else {
+				report.print(textOut(c))
 			}
-			report.print(c.App.Writer)
+			if !report.Supported {
+				// The report is printed; the exit status says strata cannot export it.
+				if !c.Bool("json") {
+					return fmt.Errorf("strata cannot export %s (the reasons are above)", model)
+				}
+				return fmt.Errorf("strata cannot export %s: %s", model, strings.Join(report.Reasons, "; "))
+			}
 			return nil
 		},
 	}
 }
 
 type inspectReport struct {
-	Checkpoint         string         `json:"checkpoint"`
+	Checkpoint string `json:"checkpoint"`
+	// HubID, Revision, Commit: when MODEL was found in the Hugging Face cache.
+	HubID              string         `json:"hub_id,omitempty"`
+	Revision           string         `json:"revision,omitempty"`
+	Commit             string         `json:"commit,omitempty"`
 	ModelType          string         `json:"model_type"`
 	Architectures      []string       `json:"architectures"`
+	Config             archNumbers    `json:"config"`
 	Plugin             *pluginRef     `json:"plugin"`
 	Layers             int            `json:"layers"`
 	LayerKinds         map[string]int `json:"layer_kinds"`
@@ -76,7 +97,8 @@ type shardReport struct {
 }
 
 func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins.Registry) inspectReport {
-	r := inspectReport{Checkpoint: ckpt.Dir, ModelType: ckpt.ModelType, Architectures: ckpt.Architectures, LayerKinds: map[string]int{}}
+	r := inspectReport{Checkpoint: ckpt.Dir, ModelType: ckpt.ModelType, Architectures: ckpt.Architectures, LayerKinds: map[string]int{},
+		Config: readArchNumbers(ckpt.ConfigJSON)}
 	r.countTensors(ckpt)
 	p, err := reg.For(ckpt.ModelType)
 	if err != nil {
@@ -135,8 +157,12 @@ func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint) {
 }
 
 func (r inspectReport) print(w io.Writer) {
-	row := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k, v) }
+	// Labels are the --json names (config numbers: their short names).
+	row := func(k, v string) { fmt.Fprintf(w, "%-19s %s\n", k, v) }
 	row("checkpoint", r.Checkpoint)
+	if r.HubID != "" {
+		row("hub", fmt.Sprintf("%s, revision %s, commit %s (Hugging Face cache)", r.HubID, r.Revision, r.Commit))
+	}
 	row("model_type", fmt.Sprintf("%s (%s)", r.ModelType, strings.Join(r.Architectures, ", ")))
 	if r.Plugin != nil {
 		row("plugin", fmt.Sprintf("%s %s (%s)", r.Plugin.Name, r.Plugin.Version, r.Plugin.Path))
@@ -145,21 +171,26 @@ func (r inspectReport) print(w io.Writer) {
 	}
 	if r.Layers > 0 {
 		row("layers", fmt.Sprintf("%d (%s)", r.Layers, kindsText(r.LayerKinds)))
+	} else if r.Config.Layers > 0 {
+		row("layers", fmt.Sprintf("%d (config.json)", r.Config.Layers))
 	}
+	r.Config.print(row)
 	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))
 	var dts []string
 	for _, d := range r.DTypes {
 		dts = append(dts, fmt.Sprintf("%s: %d tensors, %s params", d.DType, d.Tensors, human(d.Parameters, "")))
 	}
 	row("dtypes", strings.Join(dts, "; "))
-	row("shards", fmt.Sprintf("%s, %s", plural(len(r.Shards), "file"), human(r.Bytes, "B")))
+	tensors := 0
 	for _, s := range r.Shards {
-		row("", fmt.Sprintf("%s (%s, %d tensors)", s.Name, human(s.Bytes, "B"), s.Tensors))
+		tensors += s.Tensors
 	}
+	// Every shard is listed by --json; here only their sum.
+	row("shards", fmt.Sprintf("%s, %s, %s", plural(len(r.Shards), "file"), human(r.Bytes, "B"), plural(tensors, "tensor")))
 	row("supported", yesNo(r.Supported, ""))
-	row("layerwise", yesNo(r.LayerwiseSupported, ""))
+	row("layerwise_supported", yesNo(r.LayerwiseSupported, ""))
 	for _, why := range r.Reasons {
-		row("reason", why)
+		row("reasons", why)
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/sdk"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,14 +36,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { <-ctx.Done(); stop() }()
 
 	app := newApp(stdout, stderr)
-	if err := app.RunContext(ctx, interspersed(app, args)); err != nil {
+	err := checkCommand(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, interspersed(app, args))
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "strata: interrupted; no complete output was written")
 			return 130
 		}
 		fmt.Fprintf(stderr, "strata: error: %v\n", err)
-		var usage usageError
-		if errors.As(err, &usage) {
+		if isUsageError(err) {
 			return 2
 		}
 		return 1
@@ -47,15 +54,177 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// Exit codes: 0 success, 1 failure, 2 usage error, 130 interrupted.
+const exitHelp = `0 success; 1 the command failed; 2 usage error (unknown command or flag, missing
+or invalid argument or flag value; nothing was done); 130 interrupted (Ctrl-C).`
+
+// envHelp lists the environment variables strata reads.
+const envHelp = `STRATA_PLUGIN_PATH  more directories of strata-plugin-* binaries, separated like PATH
+                    (after --plugin-dir, before the strata executable's directory)
+XDG_CONFIG_HOME     plugins are also found in $XDG_CONFIG_HOME/strata/plugins
+                    (default ~/.config/strata/plugins)
+HF_HUB_CACHE        the Hugging Face hub cache where a hub id MODEL is looked up
+HF_HOME             without HF_HUB_CACHE, the cache is $HF_HOME/hub
+                    (default ~/.cache/huggingface/hub)
+Environment variables choose where things are found, never what an export produces.`
+
+// isUsageError reports whether err is a mistake in how strata was called:
+// ours, or urfave/cli's for a missing required flag.
+func isUsageError(err error) bool {
+	var usage usageError
+	if errors.As(err, &usage) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "Required flag") || strings.HasPrefix(msg, "Required flags")
+}
+
+// onUsageError turns urfave/cli's flag parsing errors (unknown flag, bad
+// value) into usage errors, with the nearest flag when there is one.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		flags := c.App.Flags
+		if c.Command != nil && c.Command.Name != "" {
+			flags = append(append([]cli.Flag{}, c.Command.Flags...), c.App.Flags...)
+		}
+		name = strings.TrimLeft(name, "-")
+		best, bestD := "", 3
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				if d := editDistance(name, n); len(n) > 1 && d < bestD {
+					best, bestD = n, d
+				}
+			}
+		}
+		if best != "" {
+			msg += fmt.Sprintf(" (did you mean --%s?)", best)
+		}
+	}
+	where := "strata --help"
+	if c.Command != nil && c.Command.Name != "" {
+		where = "strata " + c.Command.Name + " --help"
+	}
+	return usageError{msg + "; see " + where}
+}
+
+// checkCommand refuses an unknown command, suggesting the nearest one.
+func checkCommand(app *cli.App, args []string) error {
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		if !isFlag(app.Flags, args[i]) && args[i] != "--help" && args[i] != "-h" && args[i] != "--version" {
+			return nil // urfave/cli refuses it
+		}
+		if takesValue(app.Flags, args[i]) {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return nil
+	}
+	name := args[i]
+	if app.Command(name) != nil {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q", name)
+	if near := nearestCommand(app, name); near != "" {
+		msg += fmt.Sprintf(": did you mean %s?", near)
+	}
+	return usageError{msg + " (strata --help lists the commands)"}
+}
+
+// nearestCommand is the command name closest to name (edit distance at most
+// 2, or a prefix), or "".
+func nearestCommand(app *cli.App, name string) string {
+	best, bestD := "", 3
+	for _, c := range app.Commands {
+		if c.Hidden {
+			continue
+		}
+		for _, n := range c.Names() {
+			d := editDistance(name, n)
+			if strings.HasPrefix(n, name) && len(name) >= 2 {
+				d = min(d, 1)
+			}
+			if d < bestD {
+				best, bestD = n, d
+			}
+		}
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance (adjacent swaps cost 1).
+func editDistance(a, b string) int {
+	x, y := []rune(a), []rune(b)
+	d := make([][]int, len(x)+1)
+	for i := range d {
+		d[i] = make([]int, len(y)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(x); i++ {
+		for j := 1; j <= len(y); j++ {
+			cost := 1
+			if x[i-1] == y[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && x[i-1] == y[j-2] && x[i-2] == y[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(x)][len(y)]
+}
+
 func init() {
 	// -v is --verbose here; --version keeps no short form.
-	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version, the Go version and the plugin protocol", DisableDefaultText: true}
+	cli.HelpFlag = &cli.BoolFlag{Name: "help", Aliases: []string{"h"}, Usage: "show help", DisableDefaultText: true}
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer) }
 	printHelp := cli.HelpPrinter
 	cli.HelpPrinter = func(w io.Writer, templ string, data any) {
 		printHelp(w, templ, data)
-		if cmd, ok := data.(*cli.Command); ok && (cmd.Name == "export" || cmd.Name == "compile") {
-			printPluginOptions(w)
+		switch d := data.(type) {
+		case *cli.App:
+			fmt.Fprintf(w, "\nENVIRONMENT:\n%s\n\nEXIT STATUS:\n%s\n", indent(envHelp), indent(exitHelp))
+		case *cli.Command:
+			if d.Name == "export" || d.Name == "compile" {
+				printPluginOptions(w)
+			}
+			if ex := examples[d.Name]; ex != "" {
+				fmt.Fprintf(w, "\nEXAMPLES:\n%s\n", indent(ex))
+			}
+			if d.Name != "help" {
+				fmt.Fprintf(w, "\nEXIT STATUS:\n%s\n", indent(exitHelp))
+			}
 		}
+	}
+}
+
+func indent(s string) string { return "   " + strings.ReplaceAll(s, "\n", "\n   ") }
+
+// printVersion is `strata version` and `strata --version`.
+func printVersion(w io.Writer) {
+	fmt.Fprintf(w, "strata %s\n%s %s/%s\nplugin protocol %d\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, sdk.ProtocolVersion)
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "version",
+		Usage:     "print strata's version, the Go version it was built with and the plugin protocol it speaks",
+		ArgsUsage: " ",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageError{"version takes no arguments"}
+			}
+			printVersion(c.App.Writer)
+			return nil
+		},
 	}
 }
 
@@ -70,9 +239,16 @@ func printPluginOptions(w io.Writer) {
 		Timeout: 30 * time.Second, Logger: hclog.NewNullLogger()})
 	defer reg.Close()
 	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, or --plugin-option KEY=VALUE; from the plugins found):")
+	n := 0
+	defer func() {
+		if n == 0 {
+			fmt.Fprintln(w, "   none (no plugin found declares options; see strata archs)")
+		}
+	}()
 	for _, p := range reg.Plugins {
 		for _, a := range p.Desc.GetArchitectures() {
 			if len(a.GetOptions()) > 0 {
+				n++
 				fmt.Fprintf(w, "   %s (plugin %s):\n", a.GetModelType(), p.Desc.GetName())
 				printOptions(w, "     ", a.GetOptions())
 			}
@@ -81,7 +257,7 @@ func printPluginOptions(w io.Writer) {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "strata",
 		Usage:     "export Hugging Face LLM checkpoints to ONNX, layer by layer and weight-free",
 		Version:   version,
@@ -95,8 +271,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
 		}, append(profileFlags, statsFlag)...),
+		OnUsageError: onUsageError,
 		Before: func(c *cli.Context) error {
 			helpPluginDirs = c.StringSlice("plugin-dir")
+			if err := checkPluginDirs(c.StringSlice("plugin-dir")); err != nil {
+				return err
+			}
 			startStats(c)
 			return startProfiles(c)
 		},
@@ -106,8 +286,37 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return writeStats(c)
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand(), versionCommand()},
 	}
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+		quietBools(cmd.Flags)
+	}
+	quietBools(app.Flags)
+	return app
+}
+
+// quietBools drops urfave/cli's "(default: false)" after boolean flags.
+func quietBools(flags []cli.Flag) {
+	for _, f := range flags {
+		if b, ok := f.(*cli.BoolFlag); ok {
+			b.DisableDefaultText = true
+		}
+	}
+}
+
+// checkPluginDirs refuses a --plugin-dir that is not a directory.
+func checkPluginDirs(dirs []string) error {
+	for _, d := range dirs {
+		info, err := os.Stat(d)
+		switch {
+		case err != nil:
+			return usageError{fmt.Sprintf("--plugin-dir %s: %v", d, errors.Unwrap(err))}
+		case !info.IsDir():
+			return usageError{fmt.Sprintf("--plugin-dir %s: not a directory", d)}
+		}
+	}
+	return nil
 }
 
 // usageError marks a mistake in how strata was called (exit code 2).
@@ -127,7 +336,52 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 		Logger:  logger,
 	})
 	recordRegistry(c, reg)
+	if c.Command.Name != "archs" { // archs lists them itself
+		for _, s := range skippedPlugins(reg.Dirs) {
+			fmt.Fprintf(c.App.ErrWriter, "strata: warning: %s: %s\n", s.Path, s.Reason)
+		}
+	}
 	return reg
+}
+
+// skippedPlugin is a file named like a plugin that discovery passes over.
+type skippedPlugin struct {
+	Path     string `json:"path"`
+	FoundVia string `json:"found_via"`
+	Reason   string `json:"reason"`
+}
+
+// skippedPlugins lists the strata-plugin-* entries of dirs that are not
+// executable regular files, so that none is skipped without a word.
+func skippedPlugins(dirs []plugins.SearchDir) []skippedPlugin {
+	var out []skippedPlugin
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d.Dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			name := strings.TrimSuffix(e.Name(), ".exe")
+			if !strings.HasPrefix(name, plugins.BinaryPrefix) || name == plugins.BinaryPrefix {
+				continue
+			}
+			path := filepath.Join(d.Dir, e.Name())
+			info, err := os.Stat(path)
+			reason := ""
+			switch {
+			case err != nil:
+				reason = fmt.Sprintf("named like a plugin but unreadable (%v); skipped", errors.Unwrap(err))
+			case !info.Mode().IsRegular():
+				reason = "named like a plugin but not a regular file; skipped"
+			case info.Mode().Perm()&0o111 == 0:
+				reason = "named like a plugin but not executable; skipped (chmod +x it to use it)"
+			default:
+				continue
+			}
+			out = append(out, skippedPlugin{Path: path, FoundVia: d.Source, Reason: reason})
+		}
+	}
+	return out
 }
 
 // oneArg returns the command's single positional argument.

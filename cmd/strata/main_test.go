@@ -544,7 +544,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		"export without model": {[]string{"export", "--out", "x"}, "exactly one argument, MODEL_DIR"},
+		"export without model": {[]string{"export", "--out", "x"}, "exactly one argument, MODEL"},
 		"export without out":   {[]string{"export", tinyLlama}, `"out"`},
 		"inspect two dirs":     {[]string{"inspect", "a", "b"}, "exactly one argument"},
 	}
@@ -577,7 +577,7 @@ func TestInspect(t *testing.T) {
 		t.Errorf("parameters %d, want %d", r.Parameters, params)
 	}
 	code, text, _ := strata(t, "inspect", tinyLlama, "--plugin-dir", llamaDir)
-	if code != 0 || !strings.Contains(text, "decoder ×2") || !regexp.MustCompile(`layerwise\s+yes`).MatchString(text) {
+	if code != 0 || !strings.Contains(text, "decoder ×2") || !regexp.MustCompile(`layerwise_supported\s+yes`).MatchString(text) {
 		t.Errorf("text report:\n%s", text)
 	}
 }

@@ -35,7 +35,7 @@ type usage struct {
 
 const statsKey = "stats"
 
-var statsFlag = &cli.PathFlag{Name: "stats", Usage: "when the command ends, write its wall time, CPU time and peak RSS (host and plugins apart) and the checkpoint bytes read as JSON to `FILE`"}
+var statsFlag = &cli.PathFlag{Name: "stats", Usage: "when the command ends, write its wall time, CPU time and peak RSS (host and plugins apart) and the checkpoint bytes read as JSON to `FILE` (- for stdout; with --json, as its \"stats\")"}
 
 // startStats notes the start time if --stats is given.
 func startStats(c *cli.Context) {
@@ -70,6 +70,18 @@ func writeStats(c *cli.Context) error {
 	s.Children.PeakRSSBytes = 0
 	for _, reg := range s.registries {
 		s.Children.PeakRSSBytes = max(s.Children.PeakRSSBytes, reg.PeakRSS())
+	}
+	if c.Path("stats") == "-" {
+		// stdout: alone, or inside the command's --json object, so that
+		// stdout holds one JSON object.
+		if v, ok := c.App.Metadata[jsonKey]; ok {
+			merged, err := withStats(v, s)
+			if err != nil {
+				return err
+			}
+			return writeJSON(c.App.Writer, merged)
+		}
+		return writeJSON(c.App.Writer, s)
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {

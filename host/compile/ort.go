@@ -46,6 +46,28 @@ type ORTReport struct {
 	Model            string  `json:"model"`
 }
 
+// CheckORT checks, before any export, the level and that the Python
+// interpreter exists and imports onnxruntime.
+func CheckORT(ctx context.Context, o ORT) error {
+	if !slices.Contains(ORTLevels, o.Level) {
+		return fmt.Errorf("unknown --ort-level %q: use one of %s", o.Level, strings.Join(ORTLevels, ", "))
+	}
+	python := o.Python
+	if python == "" {
+		python = "python3"
+	}
+	if _, err := exec.LookPath(python); err != nil {
+		return fmt.Errorf("the ort backend runs ONNX Runtime through Python, but --python %s: %w", python, err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, python, "-c", "import onnxruntime")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("the ort backend needs onnxruntime in %s, which cannot import it (%v): %s\n(install onnxruntime for it, or pass --python)", python, err, lastLines(stderr.String(), 3))
+	}
+	return nil
+}
+
 // CompileORT optimises m with ONNX Runtime into dir: the optimised model
 // (initializers over 1 KiB in an external data file) and, when asked and
 // possible, the ORT format. ONNX Runtime runs in Python: strata has no

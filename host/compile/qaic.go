@@ -46,6 +46,8 @@ type Job struct {
 	CustomIO        []CustomIO
 	MDP             *MDPConfig // multi-device tensor slicing, or nil
 	Args            []string   // after the compiler binary
+	// Model is the model's path relative to Dir (Args hold it as -m=).
+	Model string
 	// Notes explain adjustments made to the options (CCL lists).
 	Notes []string
 }
@@ -115,11 +117,34 @@ func PlanQAIC(m *Model, dir string, o QAIC) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.Args = o.args(filepath.ToSlash(model), j)
+	j.Model = filepath.ToSlash(model)
+	j.Args = o.args(j.Model, j)
 	return j, nil
 }
 
 func (o QAIC) check(m *Model) error {
+	if err := o.CheckFlags(); err != nil {
+		return err
+	}
+	var errs []error
+	need := func(ok bool, msg string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(msg, args...))
+		}
+	}
+	need(!m.ContinuousBatching || o.FullBatchSize > 0, "the export uses continuous batching: pass --full-batch-size")
+	need(m.ContinuousBatching || o.FullBatchSize == 0 && o.KVCacheBatchSize == 0,
+		"--full-batch-size and --kv-cache-batch-size need an export made with --continuous-batching")
+	need(m.CCL || len(o.CCLPrefill)+len(o.CCLDecode) == 0, "--comp-ctx-lengths-prefill/-decode need an export made with --ccl")
+	need(!m.CCL || len(o.CCLPrefill)+len(o.CCLDecode) > 0,
+		"the export uses compute-context-length: pass --comp-ctx-lengths-prefill and/or --comp-ctx-lengths-decode (strata does not invent CCL lists)")
+	need(!o.Subfunctions || m.LayerFunctions, "--subfunctions: the export's decoder layers are inlined; export it with --subfunctions")
+	return errors.Join(errs...)
+}
+
+// CheckFlags checks what needs no model, so that a compile can refuse bad
+// flags before it exports anything.
+func (o QAIC) CheckFlags() error {
 	var errs []error
 	need := func(ok bool, msg string, args ...any) {
 		if !ok {
@@ -131,13 +156,7 @@ func (o QAIC) check(m *Model) error {
 	need(o.CtxLen > 0, "--ctx-len must be given and at least 1, got %d", o.CtxLen)
 	need(o.PrefillSeqLen <= o.CtxLen, "--prefill-seq-len %d exceeds --ctx-len %d", o.PrefillSeqLen, o.CtxLen)
 	need(o.NumCores > 0 && o.NumDevices > 0, "--num-cores and --num-devices must be at least 1")
-	need(!m.ContinuousBatching || o.FullBatchSize > 0, "the export uses continuous batching: pass --full-batch-size")
-	need(m.ContinuousBatching || o.FullBatchSize == 0 && o.KVCacheBatchSize == 0,
-		"--full-batch-size and --kv-cache-batch-size need an export made with --continuous-batching")
-	need(m.CCL || len(o.CCLPrefill)+len(o.CCLDecode) == 0, "--comp-ctx-lengths-prefill/-decode need an export made with --ccl")
-	need(!m.CCL || len(o.CCLPrefill)+len(o.CCLDecode) > 0,
-		"the export uses compute-context-length: pass --comp-ctx-lengths-prefill and/or --comp-ctx-lengths-decode (strata does not invent CCL lists)")
-	need(!o.Subfunctions || m.LayerFunctions, "--subfunctions: the export's decoder layers are inlined; export it with --subfunctions")
+	need(o.FullBatchSize >= 0 && o.KVCacheBatchSize >= 0 && o.MOS >= 0, "--full-batch-size, --kv-cache-batch-size and --mos cannot be negative")
 	for _, v := range append(append([]int{}, o.CCLPrefill...), o.CCLDecode...) {
 		need(v > 0, "compute-context lengths must be positive, got %d", v)
 	}

@@ -49,17 +49,28 @@ func (j *Job) customIOYAML() []byte {
 	return []byte(b.String())
 }
 
-// script is compile.sh: the same command, paths relative to its directory,
-// the binary directory renamed into place only when the compiler succeeds.
+// script is compile.sh: the same command, run from the script's own
+// directory (wherever it is called from), the model found relative to it
+// (STRATA_MODEL overrides it, e.g. when the directory was moved away from
+// its export), the binary directory renamed into place only when the
+// compiler succeeds.
 func (j *Job) script(compiler string) []byte {
 	var b strings.Builder
-	b.WriteString("#!/bin/sh\n# Written by strata compile; replays this compilation. QAIC_COMPILE overrides the compiler.\nset -e\n")
-	b.WriteString("cd \"$(dirname \"$0\")\"\n")
+	b.WriteString("#!/bin/sh\n# Written by strata compile; replays this compilation from any working directory.\n")
+	b.WriteString("# QAIC_COMPILE overrides the compiler, STRATA_MODEL the model (e.g. after moving this directory).\nset -e\n")
+	b.WriteString("here=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n")
 	// The default compiler path is single-quoted on its own line: inside
 	// "${QAIC_COMPILE:-...}" a $(...) or backquote in it would run.
 	fmt.Fprintf(&b, "if [ -z \"${QAIC_COMPILE:-}\" ]; then QAIC_COMPILE=%s; fi\n", shellQuote(compiler))
+	fmt.Fprintf(&b, "model=%s\nMODEL=\"${STRATA_MODEL:-$here/$model}\"\n", shellQuote(j.Model))
+	b.WriteString("if [ ! -f \"$MODEL\" ]; then\n  echo \"compile.sh: no model at $MODEL: set STRATA_MODEL to the export's model.onnx\" >&2\n  exit 1\nfi\n")
+	b.WriteString("cd \"$here\"\n")
 	fmt.Fprintf(&b, "rm -rf %s\n\"$QAIC_COMPILE\"", shellQuote(partialBinaryDir))
 	for _, a := range j.Args {
+		if a == "-m="+j.Model {
+			b.WriteString(` "-m=$MODEL"`)
+			continue
+		}
 		b.WriteString(" " + shellQuote(a))
 	}
 	fmt.Fprintf(&b, "\nrm -rf %s\nmv %s %s\n", shellQuote(BinaryDir), shellQuote(partialBinaryDir), shellQuote(BinaryDir))

@@ -7,6 +7,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -44,9 +45,12 @@ type Options struct {
 	ComputeDType string // float32 (default) or float16
 	Link         string // how shards are reached: hardlink (default), copy, symlink
 	Version      string // strata's version, recorded in the outputs
-	Subfunctions bool   // each decoder layer a call of a local function, one per layer kind
-	Weights      string // reference (default) or materialize
-	WeightSpec   string // also write another spec format: "qaic" (version 5, materialised weights only)
+	// CheckpointName identifies the source in the weight spec, never by a
+	// path of the machine (default: the checkpoint directory's name).
+	CheckpointName string
+	Subfunctions   bool   // each decoder layer a call of a local function, one per layer kind
+	Weights        string // reference (default) or materialize
+	WeightSpec     string // also write another spec format: "qaic" (version 5, materialised weights only)
 
 	PluginOptions      map[string]string // options only some plugins know (moe_strategy)
 	ContinuousBatching bool              // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
@@ -225,10 +229,6 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 		}
 		extra[weights.QAICSpecFile] = qaic
 	}
-	model, err := encode(m)
-	if err != nil {
-		return 0, err
-	}
 	specs := []*weights.Spec{spec}
 	for _, s := range e.separate {
 		extra[s.file] = s.data
@@ -244,6 +244,16 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 		return 0, err
 	}
 	*spec = *all
+	// The model's metadata points at weight_spec.json rather than holding it.
+	ref, err := spec.Reference(SpecFile)
+	if err != nil {
+		return 0, err
+	}
+	setMetadata(m, weights.MetadataKey, ref)
+	model, err := encode(m)
+	if err != nil {
+		return 0, err
+	}
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -275,7 +285,7 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 	spec := &weights.Spec{
 		Format: weights.SpecFormat, Version: weights.SpecVersion,
 		Producer:  weights.Producer{Strata: e.opts.Version, Plugin: e.plugin.Desc.GetName(), PluginVersion: e.plugin.Desc.GetVersion()},
-		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Mode: e.opts.Weights, Checkpoint: e.ckpt.Dir,
+		ModelType: e.ckpt.ModelType, ComputeDType: dtype.Name(e.compute), Mode: e.opts.Weights, Checkpoint: e.checkpointName(),
 		Files: t.Files, Weights: t.Weights(),
 	}
 	for i := range spec.Files {
@@ -284,6 +294,14 @@ func (e *exporter) spec(t *weights.Table) *weights.Spec {
 		}
 	}
 	return spec
+}
+
+// checkpointName is the spec's identity of the source: a name, not a path.
+func (e *exporter) checkpointName() string {
+	if e.opts.CheckpointName != "" {
+		return e.opts.CheckpointName
+	}
+	return filepath.Base(e.ckpt.Dir)
 }
 
 func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
@@ -425,6 +443,17 @@ func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version
 		props[window.MetadataKey] = span.String()
 	}
 	return b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}), nil
+}
+
+// setMetadata sets (or adds) a metadata entry of m.
+func setMetadata(m *onnxpb.ModelProto, key, value string) {
+	for _, p := range m.GetMetadataProps() {
+		if p.GetKey() == key {
+			p.Value = value
+			return
+		}
+	}
+	m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: key, Value: value})
 }
 
 // encode marshals a model deterministically: the same model, the same bytes.

@@ -3,7 +3,6 @@ package weights
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -52,11 +51,11 @@ func QAIC(m *onnxpb.ModelProto, spec *Spec, modelName, exportDir string) ([]byte
 	if spec.Mode != Materialize {
 		return nil, fmt.Errorf("the %s weight spec needs --weights materialize: version 5 maps weights to safetensors keys and has no transforms", QAICSpec)
 	}
-	abs, err := filepath.Abs(exportDir)
-	if err != nil {
-		return nil, err
-	}
-	q := qaicSpec{ModelID: filepath.Join(abs, "weights"), ModelName: modelName, Version: QAICVersion}
+	// QEfficient writes an absolute model_id; strata writes no path of the
+	// machine into an output: it is the weights directory relative to the
+	// export directory, the root files[].path are relative to as well.
+	_ = exportDir
+	q := qaicSpec{ModelID: "weights", ModelName: modelName, Version: QAICVersion}
 	index := map[int]int{} // spec file -> qaic file
 	for _, w := range spec.Weights {
 		f := w.Data.File

@@ -4,6 +4,8 @@
 package weights
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -12,8 +14,9 @@ import (
 )
 
 // Spec is weight_spec.json: every weight the graph uses and where its bytes
-// are. Documented in docs/weight-spec.md; the same JSON is embedded in the
-// model's metadata under MetadataKey.
+// are. Documented in docs/weight-spec.md. model.onnx's metadata holds, under
+// MetadataKey, a SpecReference to it; a window model's holds the spec itself
+// (compact), for stitching.
 type Spec struct {
 	Format       string   `json:"format"`
 	Version      int      `json:"version"`
@@ -22,7 +25,9 @@ type Spec struct {
 	ComputeDType string   `json:"compute_dtype"`
 	// Mode is how the graph reaches its weights: reference or materialize.
 	Mode string `json:"mode"`
-	// Checkpoint is the absolute path of the source checkpoint directory.
+	// Checkpoint names the source checkpoint without a path of the
+	// machine: its hub id and commit (org/name@commit) when it came from
+	// the Hugging Face cache, else its directory's name.
 	Checkpoint string   `json:"checkpoint"`
 	Files      []File   `json:"files"`
 	Weights    []Weight `json:"weights"`
@@ -110,6 +115,31 @@ func (s *Spec) Compact() (string, error) {
 		return "", fmt.Errorf("encoding weight spec: %w", err)
 	}
 	return string(data), nil
+}
+
+// SpecReference is what model.onnx's metadata holds under MetadataKey instead
+// of the whole spec (7.5 MB of Qwen3-235B's 25.4 MB model): which file the
+// spec is, relative to the model, its SHA-256, and its counts.
+type SpecReference struct {
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Path    string `json:"path"`
+	SHA256  string `json:"sha256"`
+	Weights int    `json:"weights"`
+	Files   int    `json:"files"`
+}
+
+// Reference renders the metadata value that points at the spec, written
+// (by Marshal) to path beside the model.
+func (s *Spec) Reference(path string) (string, error) {
+	data, err := s.Marshal()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	ref, err := json.Marshal(SpecReference{Format: SpecFormat, Version: SpecVersion, Path: path, SHA256: hex.EncodeToString(sum[:]),
+		Weights: len(s.Weights), Files: len(s.Files)})
+	return string(ref), err
 }
 
 // ParseSpec reads a spec (weight_spec.json or the model metadata value).

@@ -1,0 +1,27 @@
+package main
+
+// examples are the EXAMPLES section of each command's --help.
+var examples = map[string]string{
+	"archs": `strata archs                        # plugins found, what they handle, their options
+strata archs --json --plugin-dir ./bin`,
+	"inspect": `strata inspect ./Llama-3.1-8B             # a checkpoint directory
+strata inspect Qwen/Qwen3-30B-A3B         # a hub id in the local Hugging Face cache
+strata inspect ~/.cache/huggingface/hub/models--Qwen--Qwen3-30B-A3B --revision v1.0
+strata inspect --json MODEL | jq .config  # machine-readable; exit 1 when strata cannot export it`,
+	"export": `strata export ./Llama-3.1-8B --out out/llama           # weights referenced in place (hard links)
+strata export meta-llama/Llama-3.1-8B --out out/llama  # from the Hugging Face cache, offline
+strata export MODEL --out out/m --dtype float16 --subfunctions
+strata export MODEL --out out/m --layerwise --window-size 4 -j 8 --keep-windows
+strata export MODEL --out out/m --weights materialize --weight-spec qaic
+strata export Qwen/Qwen3-30B-A3B --out out/q --moe-strategy dense   # a plugin option
+strata export MODEL --out out/m --json --stats -       # results as JSON on stdout`,
+	"compile": `strata compile MODEL --out out/c --dry-run                 # write compile.sh, do not compile
+strata compile out/llama --out out/c --ctx-len 4096 --prefill-seq-len 128 --num-devices 4
+strata compile out/llama --out out/c --mxfp6-matmul --mxint8-kv-cache
+strata compile out/llama --out out/ort --backend ort --ort-level all
+strata compile MODEL --out out/c --layerwise --compile-per-window -j 4 --json`,
+	"convert-bin": `strata convert-bin ./gpt-model-bin --out ./gpt-model-safetensors
+strata convert-bin org/name --out ./name-safetensors   # a .bin checkpoint in the Hugging Face cache`,
+	"version": `strata version
+strata --version`,
+}

@@ -1,0 +1,196 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Location is where a MODEL argument was found: a checkpoint directory, and
+// when it came from the Hugging Face cache, the repository and revision.
+type Location struct {
+	// Dir is the checkpoint directory (a cache snapshot for the cache).
+	Dir string
+	// HubID is the repository (org/name) when Dir is a cache snapshot.
+	HubID string
+	// Revision is the ref or commit asked for, Commit the snapshot's commit.
+	Revision, Commit string
+}
+
+// Name identifies the checkpoint without a path of the machine: the hub id
+// (with the commit) for the cache, else the directory's name.
+func (l Location) Name() string {
+	if l.HubID != "" {
+		return l.HubID + "@" + l.Commit
+	}
+	return filepath.Base(l.Dir)
+}
+
+// FromCache reports whether the checkpoint was resolved in the cache.
+func (l Location) FromCache() bool { return l.HubID != "" }
+
+// HFCacheDir is the local Hugging Face hub cache, as huggingface_hub finds
+// it: $HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
+// else ~/.cache/huggingface/hub. It also says which variable decided.
+func HFCacheDir() (dir, why string) {
+	if d := os.Getenv("HF_HUB_CACHE"); d != "" {
+		return d, "HF_HUB_CACHE"
+	}
+	if d := os.Getenv("HF_HOME"); d != "" {
+		return filepath.Join(d, "hub"), "HF_HOME/hub"
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "huggingface", "hub"), "XDG_CACHE_HOME/huggingface/hub"
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", "no home directory"
+	}
+	return filepath.Join(home, ".cache", "huggingface", "hub"), "the default"
+}
+
+// hubID matches org/name (or a bare name) as the Hub spells repositories.
+var hubID = regexp.MustCompile(`^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// Locate resolves MODEL, offline: a checkpoint directory as it is; a
+// Hugging Face cache repository directory (models--org--name) to the
+// snapshot of revision (default main); a hub id (org/name) to that snapshot
+// in the local cache. Nothing is downloaded. revision is an error for a
+// plain checkpoint directory.
+func Locate(model, revision string) (Location, error) {
+	info, statErr := os.Stat(model)
+	if statErr == nil && info.IsDir() {
+		if isCacheRepo(model) {
+			return snapshot(model, repoID(filepath.Base(filepath.Clean(model))), revision)
+		}
+		if parent := filepath.Dir(filepath.Clean(model)); revision == "" && filepath.Base(parent) == "snapshots" && isCacheRepo(filepath.Dir(parent)) {
+			// A snapshot directory itself.
+			commit := filepath.Base(filepath.Clean(model))
+			return Location{Dir: model, HubID: repoID(filepath.Base(filepath.Dir(parent))), Revision: commit, Commit: commit}, nil
+		}
+		if revision != "" {
+			return Location{}, fmt.Errorf("--revision %s: %s is a checkpoint directory, not a Hugging Face cache repository (models--org--name) or hub id", revision, model)
+		}
+		return Location{Dir: model}, nil
+	}
+	if statErr == nil || !errors.Is(statErr, fs.ErrNotExist) || !hubID.MatchString(model) || strings.HasPrefix(model, ".") {
+		if revision != "" && statErr != nil {
+			return Location{}, fmt.Errorf("checkpoint %s: %w", model, statErr)
+		}
+		return Location{Dir: model}, nil // Open reports what is wrong
+	}
+	cache, why := HFCacheDir()
+	repo := filepath.Join(cache, "models--"+strings.ReplaceAll(model, "/", "--"))
+	if _, err := os.Stat(repo); err != nil {
+		fetch := "hf download " + model
+		if revision != "" {
+			fetch += " --revision " + revision
+		}
+		return Location{}, fmt.Errorf("%s is not a directory, and the Hugging Face cache has no %s: looked for %s (cache from %s); strata never downloads: fetch it with `%s` (or set HF_HUB_CACHE to the cache that holds it), or pass the checkpoint's directory",
+			model, model, repo, why, fetch)
+	}
+	return snapshot(repo, model, revision)
+}
+
+// isCacheRepo reports whether dir is a cache repository directory.
+func isCacheRepo(dir string) bool {
+	if !strings.HasPrefix(filepath.Base(filepath.Clean(dir)), "models--") {
+		return false
+	}
+	info, err := os.Stat(filepath.Join(dir, "snapshots"))
+	return err == nil && info.IsDir()
+}
+
+// repoID turns models--org--name back into org/name.
+func repoID(base string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(base, "models--"), "--", "/")
+}
+
+var commitHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// snapshot finds revision's snapshot in a cache repository directory: a ref
+// (refs/<revision>, default main), a full commit hash, or an unambiguous
+// prefix of one (at least 7 characters).
+func snapshot(repo, id, revision string) (Location, error) {
+	rev := revision
+	if rev == "" {
+		rev = "main"
+	}
+	if rev != filepath.Clean(rev) || strings.HasPrefix(rev, "/") || strings.Contains(rev, "..") {
+		return Location{}, fmt.Errorf("--revision %q: not a ref name or commit hash", rev)
+	}
+	loc := Location{HubID: id, Revision: rev}
+	commit := ""
+	if data, err := os.ReadFile(filepath.Join(repo, "refs", filepath.FromSlash(rev))); err == nil {
+		commit = strings.TrimSpace(string(data))
+		if !commitHash.MatchString(commit) {
+			return Location{}, fmt.Errorf("%s: ref %s holds %q, not a commit hash", repo, rev, commit)
+		}
+		if !isDir(filepath.Join(repo, "snapshots", commit)) {
+			return Location{}, fmt.Errorf("%s: ref %s points to commit %s, whose snapshot is missing (an interrupted download?): fetch it again with `hf download %s --revision %s`", repo, rev, commit, id, rev)
+		}
+	} else {
+		snaps := listDirs(filepath.Join(repo, "snapshots"))
+		var matches []string
+		for _, s := range snaps {
+			if s == rev || len(rev) >= 7 && strings.HasPrefix(s, rev) {
+				matches = append(matches, s)
+			}
+		}
+		switch {
+		case len(matches) == 1:
+			commit = matches[0]
+		case len(matches) > 1:
+			return Location{}, fmt.Errorf("%s: revision %s matches several snapshots (%s): give more of the commit hash", repo, rev, strings.Join(matches, ", "))
+		default:
+			refs := listRefs(filepath.Join(repo, "refs"))
+			return Location{}, fmt.Errorf("%s: no ref or snapshot %s (refs: %s; snapshots: %s): fetch it with `hf download %s --revision %s`",
+				repo, rev, orNone(refs), orNone(snaps), id, rev)
+		}
+	}
+	loc.Commit = commit
+	loc.Dir = filepath.Join(repo, "snapshots", commit)
+	return loc, nil
+}
+
+func isDir(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.IsDir()
+}
+
+func listDirs(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if isDir(filepath.Join(dir, e.Name())) {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func listRefs(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
+}
+
+func orNone(v []string) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	return strings.Join(v, ", ")
+}
