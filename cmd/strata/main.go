@@ -77,7 +77,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return writeStats(c)
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertBinCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand()},
 	}
 }
 
