@@ -70,7 +70,9 @@ type plan struct {
 	exclusions []string // modules not quantised (names, then MTP prefixes), when quantising
 }
 
-func (p *plan) quantizing() bool { return p.opts.Quantize == QuantFP8Block || p.opts.Quantize == QuantFP8Dynamic }
+func (p *plan) quantizing() bool {
+	return p.opts.Quantize == QuantFP8Block || p.opts.Quantize == QuantFP8Dynamic
+}
 
 // dequantizing: quantised sources are decoded (a dtype or a quantisation
 // was asked); otherwise everything is carried as stored.
@@ -144,6 +146,12 @@ func (p *plan) planKey(k string, done map[string]bool) error {
 	s := inv.tensors[k]
 	acc := p.accounts[k]
 	done[k] = true
+	if base, ok := cutAny(k, ".input_scale", ".activation_scale"); ok && p.dequantizing() {
+		if w, ok := inv.tensors[base+".weight"]; ok && isFP8(w.DType) {
+			p.dropActivationScale(k)
+			return nil
+		}
+	}
 	// MXFP4 pair (gpt-oss): X_blocks U8 [..., R, G, 16] + X_scales U8 [..., R, G].
 	if base, ok := strings.CutSuffix(k, "_blocks"); ok && p.dequantizing() && s.DType == "U8" {
 		if sc, ok := inv.tensors[base+"_scales"]; ok {
@@ -231,9 +239,9 @@ func (p *plan) planFP8(k string, w *source, done map[string]bool) error {
 	// its weight is dequantised.
 	mod := moduleOf(k)
 	for _, name := range []string{mod + ".input_scale", mod + ".activation_scale"} {
-		if a, ok := p.accounts[name]; ok && !done[name] {
+		if _, ok := p.accounts[name]; ok && !done[name] {
 			done[name] = true
-			a.Action, a.Reason = "dropped", "activation scale of the FP8 source module "+mod+": meaningless once its weight is dequantised"
+			p.dropActivationScale(name)
 		}
 	}
 	if p.quantizing() && p.quantizable(k, w) {
@@ -411,4 +419,18 @@ func (p *plan) exclusionList() []string {
 		}
 	}
 	return out
+}
+
+func (p *plan) dropActivationScale(key string) {
+	a := p.accounts[key]
+	a.Action, a.Reason = "dropped", "activation scale of the FP8 source module "+moduleOf(key)+": meaningless once its weight is dequantised"
+}
+
+func cutAny(s string, suffixes ...string) (string, bool) {
+	for _, x := range suffixes {
+		if b, ok := strings.CutSuffix(s, x); ok {
+			return b, true
+		}
+	}
+	return s, false
 }
