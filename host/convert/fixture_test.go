@@ -157,8 +157,10 @@ type output struct {
 	tensors map[string]tensor
 	file    map[string]string
 	index   struct {
-		Metadata  struct{ TotalSize int64 `json:"total_size"` } `json:"metadata"`
-		WeightMap map[string]string                            `json:"weight_map"`
+		Metadata struct {
+			TotalSize int64 `json:"total_size"`
+		} `json:"metadata"`
+		WeightMap map[string]string `json:"weight_map"`
 	}
 	config map[string]any
 	report report
