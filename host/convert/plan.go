@@ -409,6 +409,12 @@ func (p *plan) exclusionList() []string {
 			names[mod] = true
 		}
 	}
+	// With tied embeddings lm_head has no tensor of its own, but the module
+	// exists and shares the (unquantised) embedding: a quantiser that
+	// targets every Linear would quantise it and find no scale.
+	if _, ok := p.inv.tensors["lm_head.weight"]; !ok {
+		names["lm_head"] = true
+	}
 	out := sortedKeys(names)
 	for _, pre := range p.mtp.Prefixes {
 		if p.opts.Quantize == QuantFP8Dynamic {
