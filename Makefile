@@ -8,8 +8,9 @@ TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
 BENCHENV := .venv/bench
+CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance lint fixtures proto bench bench-torch clean
+.PHONY: all build demo test test-go test-conformance test-client lint fixtures proto bench bench-convert bench-torch clean
 
 all: build
 
@@ -43,8 +44,9 @@ $(BENCHENV)/.installed: bench/torch/requirements.txt
 	$(BENCHENV)/bin/pip install -q --disable-pip-version-check -r $<
 	touch $@
 
-# Everything CI runs: lint, Go tests, and the conformance suite against ONNX Runtime.
-test: lint test-go test-conformance
+# Everything CI runs: lint, Go tests, the conformance suite against ONNX
+# Runtime, and the real clients of `strata convert` output.
+test: lint test-go test-conformance test-client
 
 lint:
 	$(GO) vet ./...
@@ -54,7 +56,17 @@ test-go:
 	$(GO) test ./...
 
 test-conformance: build $(TESTENV)/.installed
-	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA
+	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA --ignore=client
+
+# strata convert's output loaded by transformers (FineGrainedFP8 with
+# accelerate, compressed-tensors), torch on CPU, in its own environment.
+test-client: build $(CLIENTENV)/.installed
+	cd conformance && ../$(CLIENTENV)/bin/python -m pytest -q -rA client
+
+$(CLIENTENV)/.installed: conformance/requirements-client.txt
+	$(PYTHON) -m venv $(CLIENTENV)
+	$(CLIENTENV)/bin/pip install -q --disable-pip-version-check -r $<
+	touch $@
 
 $(TESTENV)/.installed: conformance/requirements-test.txt
 	$(PYTHON) -m venv $(TESTENV)
