@@ -48,6 +48,9 @@ func convertCommand() *cli.Command {
 			}
 			res, err := convert.Convert(c.Context, dir, c.String("out"), opts)
 			if err != nil {
+				if c.Context.Err() != nil { // run reports only "interrupted"
+					fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", err)
+				}
 				return err
 			}
 			reportConvert(c.App.Writer, res, opts)

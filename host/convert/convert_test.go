@@ -424,7 +424,7 @@ func TestResumeAndScaleOutGiveIdenticalOutput(t *testing.T) {
 		t.Fatal("index written before every layer was converted")
 	}
 	_, err := Convert(context.Background(), src, shared, Options{DType: "bfloat16", Quantize: QuantFP8Block, Finalize: true})
-	if err == nil || !strings.Contains(err.Error(), "layers 2-3 are missing") {
+	if err == nil || !strings.Contains(err.Error(), "missing layers 2-3") {
 		t.Fatalf("finalize with layers missing: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(shared, IndexFile)); err == nil {

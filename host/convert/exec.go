@@ -30,7 +30,7 @@ type shardResult struct {
 }
 
 // writeShard writes the groups' outputs as one safetensors file at path,
-// through a temporary file renamed into place when complete and synced.
+// through a temporary file renamed into place when complete.
 func writeShard(ctx context.Context, path string, groups []*group, written *atomic.Int64) (res shardResult, err error) {
 	var entries []checkpoint.Entry
 	for _, g := range groups {
@@ -70,9 +70,9 @@ func writeShard(ctx context.Context, path string, groups []*group, written *atom
 	if w.total != l.Size-8-int64(len(l.Header)) {
 		return res, fmt.Errorf("writing %s: wrote %d tensor bytes, the header declares %d", path, w.total, l.Size-8-int64(len(l.Header)))
 	}
-	if err = f.Sync(); err != nil {
-		return res, fmt.Errorf("writing %s: %w", path, err)
-	}
+	// No fsync here: a killed process loses nothing the kernel holds, and a
+	// sync per shard would make Ctrl-C wait for the disk. finalize syncs
+	// every shard before the index says the conversion is complete.
 	if err = f.Close(); err != nil {
 		return res, fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -78,11 +78,12 @@ func (o *outDir) finalize(ctx context.Context, res *Result) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("cannot finalize %s: layers %s are missing or incomplete (%d of %d present); convert them (--layers FIRST-LAST), then run --finalize again", o.dir, compactRange(missing), len(o.p.layers)-len(missing), len(o.p.layers))
+		return fmt.Errorf("cannot finalize %s: missing layers %s (%d of %d present); convert them (--layers FIRST-LAST), then run --finalize again", o.dir, compactRange(missing), len(o.p.layers)-len(missing), len(o.p.layers))
 	}
 	if err := o.checkStaged(); err != nil {
 		return err
 	}
+	o.removeStaleTemps()
 	if len(o.p.byLayer[-1]) > 0 && !o.done(-1) {
 		var n atomic.Int64
 		if err := o.writeLayer(ctx, -1, &n); err != nil {
@@ -98,6 +99,9 @@ func (o *outDir) finalize(ctx context.Context, res *Result) error {
 	if err := o.copySidecars(); err != nil {
 		return err
 	}
+	if err := o.syncShards(); err != nil {
+		return err
+	}
 	report, err := o.report(res)
 	if err != nil {
 		return err
@@ -106,6 +110,41 @@ func (o *outDir) finalize(ctx context.Context, res *Result) error {
 		return err
 	}
 	return o.writeIndex(res)
+}
+
+// syncShards flushes every shard to disk, so that the index, written
+// next, never describes data still in flight.
+func (o *outDir) syncShards() error {
+	names := []string{}
+	for _, l := range o.p.layers {
+		names = append(names, LayerFile(l))
+	}
+	if len(o.p.byLayer[-1]) > 0 {
+		names = append(names, TailFile)
+	}
+	for _, n := range names {
+		f, err := os.Open(filepath.Join(o.dir, n))
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("syncing %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// removeStaleTemps removes temporary files that killed runs left: when
+// finalizing every layer is done, so no other run is writing one.
+func (o *outDir) removeStaleTemps() {
+	for _, d := range []string{o.dir, filepath.Join(o.dir, ManifestDir)} {
+		olds, _ := filepath.Glob(filepath.Join(d, tempPrefix+"*"))
+		for _, f := range olds {
+			os.Remove(f)
+		}
+	}
 }
 
 // checkStaged re-reads the source's headers: a tensor there that the plan
