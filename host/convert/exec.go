@@ -365,13 +365,10 @@ func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
 		return err
 	}
 	defer r.close()
-	cb := ceilDiv(r.cols, blockSize)
-	inv := make([]float32, 0, ceilDiv(r.rows, blockSize)*cb)
+	inv := make([]float32, 0, ceilDiv(r.rows, blockSize)*ceilDiv(r.cols, blockSize))
 	step := rowsPerChunk(r.cols, blockSize)
 	var vals []float32
 	out := make([]byte, 0)
-	amax := make([]float32, cb)
-	scale := make([]float32, cb)
 	for r0 := int64(0); r0 < r.rows; r0 += step {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -381,30 +378,7 @@ func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
 			return err
 		}
 		out = grow(out, int64(len(vals)))
-		for b0 := r0; b0 < r1; b0 += blockSize {
-			b1 := min(r1, b0+blockSize)
-			clear(amax)
-			for row := b0; row < b1; row++ {
-				for c, x := range vals[(row-r0)*r.cols : (row-r0+1)*r.cols] {
-					if a := float32(math.Abs(float64(x))); a > amax[int64(c)/blockSize] {
-						amax[int64(c)/blockSize] = a
-					}
-				}
-			}
-			for i, a := range amax {
-				scale[i] = 1
-				if a > 0 {
-					scale[i] = fp8Max / a
-				}
-				inv = append(inv, 1/scale[i])
-			}
-			for row := b0; row < b1; row++ {
-				base := (row - r0) * r.cols
-				for c, x := range vals[base : base+r.cols] {
-					out[base+int64(c)] = e4m3(x * scale[int64(c)/blockSize])
-				}
-			}
-		}
+		inv = quantBlockRows(vals, out, r.cols, inv)
 		if _, err := w.Write(out); err != nil {
 			return err
 		}
@@ -440,7 +414,7 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 			base := (row - r0) * r.cols
 			var amax float32
 			for _, x := range vals[base : base+r.cols] {
-				amax = max(amax, float32(math.Abs(float64(x))))
+				amax = max(amax, absf(x))
 			}
 			s := roundTo(g.outDT, amax/fp8Max)
 			if s == 0 || s != s || math.IsInf(float64(s), 0) {
@@ -457,4 +431,56 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 	}
 	_, err = w.Write(encode(nil, g.outDT, scales))
 	return err
+}
+
+// quantBlockRows quantises rows of cols values (a whole number of 128-row
+// blocks, or the last rows of the tensor) into out, appending each block's
+// scale_inv to inv, row-block by row-block, column-block by column-block.
+func quantBlockRows(vals []float32, out []byte, cols int64, inv []float32) []float32 {
+	rows := int64(len(vals)) / cols
+	for b0 := int64(0); b0 < rows; b0 += blockSize {
+		b1 := min(rows, b0+blockSize)
+		for c0 := int64(0); c0 < cols; c0 += blockSize {
+			c1 := min(cols, c0+blockSize)
+			amax := amaxBits(vals, cols, b0, b1, c0, c1)
+			scale := float32(1)
+			if amax > 0 {
+				scale = fp8Max / amax
+			}
+			inv = append(inv, 1/scale)
+			for row := b0; row < b1; row++ {
+				encodeScaled(out[row*cols+c0:row*cols+c1], vals[row*cols+c0:row*cols+c1], scale)
+			}
+		}
+	}
+	return inv
+}
+
+// amaxBits is the largest |x| of a block, compared as bits (for finite
+// floats the order of |x|'s bits is the order of the values).
+func amaxBits(vals []float32, cols, r0, r1, c0, c1 int64) float32 {
+	var m uint32
+	for row := r0; row < r1; row++ {
+		for _, x := range vals[row*cols+c0 : row*cols+c1] {
+			if a := math.Float32bits(x) &^ (1 << 31); a > m {
+				m = a
+			}
+		}
+	}
+	return math.Float32frombits(m)
+}
+
+// encodeScaled writes e4m3(x × scale) for each x.
+func encodeScaled(dst []byte, src []float32, scale float32) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		b := math.Float32bits(x * scale)
+		a := b &^ (1 << 31)
+		if a-0x3c800000 < 0x43e00000-0x3c800000 { // 2^-6 ≤ |y| < 448: the bit path
+			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
+			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
+		} else {
+			dst[i] = e4m3Ref(math.Float32frombits(b))
+		}
+	}
 }
