@@ -34,6 +34,12 @@ demo: build $(TESTENV)/.installed
 bench: build
 	$(GO) run ./internal/cmd/bench --strata bin/strata --json bench/results.json
 
+# strata convert on a multi-GB bf16 checkpoint with real data (about 20 GB
+# of scratch disk, a few minutes): as stored, fp8-block and fp8-dynamic, timed
+# against cp of the same directory; peak RSS at 4 and 16 layers.
+bench-convert: build
+	$(GO) run ./internal/cmd/benchconvert --strata bin/strata --json bench/convert-results.json
+
 # strata against torch.onnx.export on a mid-size random Llama (a few minutes,
 # ~5 GB of RAM; torch in its own environment).
 bench-torch: build $(BENCHENV)/.installed

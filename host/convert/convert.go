@@ -145,6 +145,11 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 		return nil, err
 	}
 	res.Out = o.dir
+	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
+		// A whole run writes the tail (embeddings and head: often the
+		// largest shard) alongside the layers rather than after them.
+		todo = append([]int{-1}, todo...)
+	}
 	prog := newProgress(opts.Progress, opts.TTY, p, todo)
 	defer prog.stop()
 	written, kept, err := o.convertLayers(ctx, todo, opts.Jobs, prog)
@@ -418,7 +423,9 @@ func (o *outDir) convertLayers(ctx context.Context, todo []int, jobs int, prog *
 	var pending []int
 	for _, l := range todo {
 		if o.done(l) {
-			kept = append(kept, l)
+			if l >= 0 {
+				kept = append(kept, l)
+			}
 			prog.keep(l)
 		} else {
 			pending = append(pending, l)
@@ -451,7 +458,7 @@ func (o *outDir) convertLayers(ctx context.Context, todo []int, jobs int, prog *
 					first = err
 					cancel()
 				}
-				if err == nil {
+				if err == nil && l >= 0 {
 					written = append(written, l)
 				}
 				mu.Unlock()

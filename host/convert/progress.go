@@ -19,7 +19,7 @@ type progress struct {
 	total   int64        // tensor bytes this run writes (pending layers)
 	mu      sync.Mutex
 	done    int // layers present (kept or finished)
-	layers  int // layers this run handles
+	layers  int // shards this run writes (layers, and the tail in a whole run)
 	bytesOf map[int]int64
 	quit    chan struct{}
 	once    sync.Once
@@ -82,7 +82,11 @@ func (pr *progress) finish(l int) {
 		return
 	}
 	rate, eta := pr.rate()
-	fmt.Fprintf(pr.w, "layer %d written (%s): %d/%d layers, %s/s, ETA %s\n", l, human(pr.bytesOf[l]), done, pr.layers, human(int64(rate)), eta)
+	what := fmt.Sprintf("layer %d", l)
+	if l < 0 {
+		what = "tail"
+	}
+	fmt.Fprintf(pr.w, "%s written (%s): %d/%d shards, %s/s, ETA %s\n", what, human(pr.bytesOf[l]), done, pr.layers, human(int64(rate)), eta)
 }
 
 func (pr *progress) rate() (float64, string) {
@@ -107,7 +111,7 @@ func (pr *progress) draw() {
 	}
 	fill := int(frac * width)
 	rate, eta := pr.rate()
-	fmt.Fprintf(pr.w, "\r\x1b[K[%s%s] %d/%d layers  %s  %s/s  ETA %s",
+	fmt.Fprintf(pr.w, "\r\x1b[K[%s%s] %d/%d shards  %s  %s/s  ETA %s",
 		strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, pr.layers, human(pr.written.Load()), human(int64(rate)), eta)
 }
 
