@@ -412,18 +412,13 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 		out = grow(out, int64(len(vals)))
 		for row := r0; row < r1; row++ {
 			base := (row - r0) * r.cols
-			var amax float32
-			for _, x := range vals[base : base+r.cols] {
-				amax = max(amax, absf(x))
-			}
+			amax := amaxBits(vals, r.cols, row-r0, row-r0+1, 0, r.cols)
 			s := roundTo(g.outDT, amax/fp8Max)
 			if s == 0 || s != s || math.IsInf(float64(s), 0) {
 				s = 1
 			}
 			scales = append(scales, s)
-			for c, x := range vals[base : base+r.cols] {
-				out[base+int64(c)] = e4m3(x / s)
-			}
+			encodeDivided(out[base:base+r.cols], vals[base:base+r.cols], s)
 		}
 		if _, err := w.Write(out); err != nil {
 			return err
@@ -477,6 +472,22 @@ func encodeScaled(dst []byte, src []float32, scale float32) {
 		b := math.Float32bits(x * scale)
 		a := b &^ (1 << 31)
 		if a-0x3c800000 < 0x43e00000-0x3c800000 { // 2^-6 ≤ |y| < 448: the bit path
+			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
+			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
+		} else {
+			dst[i] = e4m3Ref(math.Float32frombits(b))
+		}
+	}
+}
+
+// encodeDivided writes e4m3(x / scale) for each x (a division, as
+// compressed-tensors computes it, not a multiplication by the reciprocal).
+func encodeDivided(dst []byte, src []float32, scale float32) {
+	dst = dst[:len(src)]
+	for i, x := range src {
+		b := math.Float32bits(x / scale)
+		a := b &^ (1 << 31)
+		if a-0x3c800000 < 0x43e00000-0x3c800000 {
 			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
 			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
 		} else {

@@ -74,7 +74,7 @@ func run(args []string, stdout io.Writer) error {
 		defer os.RemoveAll(dir)
 		o.work = dir
 	}
-	res := results{Machine: machine(), Hidden: o.hidden, Intermediate: o.inter, Vocab: o.vocab, Runs: o.runs}
+	res := results{Machine: machine(), Hidden: o.hidden, Intermediate: o.inter, Vocab: o.vocab, Runs: o.runs, LoadBefore: loadavg()}
 	for _, n := range o.layers {
 		src := filepath.Join(o.work, fmt.Sprintf("src-%d", n))
 		size, err := o.writeCheckpoint(src, n)
@@ -95,6 +95,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 		os.RemoveAll(src)
 	}
+	res.LoadAfter = loadavg()
 	res.print(stdout)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	return os.WriteFile(o.jsonPath, append(data, '\n'), 0o644)
@@ -130,6 +131,8 @@ type results struct {
 	Intermediate int64  `json:"intermediate"`
 	Vocab        int64  `json:"vocab"`
 	Runs         int    `json:"runs"`
+	LoadBefore   string `json:"load_average_before"` // other work on the machine skews wall times; CPU times less
+	LoadAfter    string `json:"load_average_after"`
 	Rows         []row  `json:"rows"`
 }
 
@@ -157,12 +160,6 @@ func (o *options) measure(src string, layers int, size int64, m mode, runs int) 
 		}
 		walls = append(walls, time.Since(start).Seconds())
 		if m.args != nil {
-			var s struct {
-				Host struct {
-					User, Sys float64
-					Peak      int64 `json:"peak_rss_bytes"`
-				} `json:"host"`
-			}
 			data, _ := os.ReadFile(stats)
 			var raw struct {
 				Host struct {
@@ -172,8 +169,7 @@ func (o *options) measure(src string, layers int, size int64, m mode, runs int) 
 				} `json:"host"`
 			}
 			json.Unmarshal(data, &raw)
-			s.Host.Peak = raw.Host.Peak
-			r.PeakRSS = max(r.PeakRSS, s.Host.Peak)
+			r.PeakRSS = max(r.PeakRSS, raw.Host.Peak)
 			if i == runs/2 {
 				r.CPUSeconds = raw.Host.User + raw.Host.Sys
 			}
@@ -302,7 +298,7 @@ func machine() string {
 }
 
 func (r results) print(w io.Writer) {
-	fmt.Fprintf(w, "%s; Llama-shaped bf16 (hidden %d, intermediate %d, vocab %d), median of %d runs at the largest size\n\n", r.Machine, r.Hidden, r.Intermediate, r.Vocab, r.Runs)
+	fmt.Fprintf(w, "%s; Llama-shaped bf16 (hidden %d, intermediate %d, vocab %d), median of %d runs at the largest size; load average %s before, %s after\n\n", r.Machine, r.Hidden, r.Intermediate, r.Vocab, r.Runs, r.LoadBefore, r.LoadAfter)
 	fmt.Fprintln(w, "| layers | source | what | wall | vs cp | CPU | peak RSS | written |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	cp := map[int]float64{}
@@ -320,4 +316,13 @@ func (r results) print(w io.Writer) {
 		fmt.Fprintf(w, "| %d | %.2f GB | %s | %.2f s | %.2f× | %s | %s | %.2f GB |\n", x.Layers, float64(x.SourceBytes)/1e9, x.Mode,
 			x.WallSeconds, x.WallSeconds/cp[x.Layers], cpu, rss, float64(x.OutBytes)/1e9)
 	}
+}
+
+// loadavg is the 1-minute load average, as /proc/loadavg says.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
 }
