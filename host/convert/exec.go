@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	istrata "github.com/strata-llm/strata/internal/atomic"
@@ -64,6 +66,9 @@ func writeShard(ctx context.Context, path string, groups []*group, written *atom
 			return res, err
 		}
 		if err = runGroup(ctx, g, w); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return res, fmt.Errorf("writing %s (%s): %w: free space on the output's filesystem and run the same command again (finished layers are kept)", path, g.Outputs[0].Name, err)
+			}
 			return res, fmt.Errorf("writing %s (%s): %w", path, g.Outputs[0].Name, err)
 		}
 	}
