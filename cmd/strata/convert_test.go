@@ -220,3 +220,28 @@ func TestConvertCtrlCStopsWithinASecond(t *testing.T) {
 		t.Errorf("resume: %d %s %s", code, stdout, stderr)
 	}
 }
+
+// TestConvertFullDiskFailsClearlyAndResumes runs strata under a file-size
+// limit (writes fail as on a full disk): a clear error, no index, and once
+// there is room the same command completes the directory.
+func TestConvertFullDiskFailsClearlyAndResumes(t *testing.T) {
+	src := bigLlama(t, 2, 4)
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command("sh", "-c", `ulimit -f 2048 && exec "$0" convert "$1" --out "$2" --dtype float16`, strataBin, src, out)
+	msg, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("convert under a 1 MB file-size limit succeeded:\n%s", msg)
+	}
+	if !strings.Contains(string(msg), "file too large") || !strings.Contains(string(msg), "free space") {
+		t.Errorf("error does not say what is wrong and what to do:\n%s", msg)
+	}
+	if _, err := os.Stat(filepath.Join(out, "model.safetensors.index.json")); err == nil {
+		t.Error("index written by a failed run")
+	}
+	if code, _, stderr := strata(t, "convert", src, "--out", out, "--dtype", "float16"); code != 0 {
+		t.Fatalf("re-run with room: %s", stderr)
+	}
+	ref := filepath.Join(t.TempDir(), "ref")
+	strata(t, "convert", src, "--out", ref, "--dtype", "float16")
+	sameTree(t, hashTree(t, out), hashTree(t, ref))
+}

@@ -66,7 +66,7 @@ func writeShard(ctx context.Context, path string, groups []*group, written *atom
 			return res, err
 		}
 		if err = runGroup(ctx, g, w); err != nil {
-			if errors.Is(err, syscall.ENOSPC) {
+			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EFBIG) || errors.Is(err, syscall.EDQUOT) {
 				return res, fmt.Errorf("writing %s (%s): %w: free space on the output's filesystem and run the same command again (finished layers are kept)", path, g.Outputs[0].Name, err)
 			}
 			return res, fmt.Errorf("writing %s (%s): %w", path, g.Outputs[0].Name, err)
