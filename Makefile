@@ -8,8 +8,9 @@ TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
 BENCHENV := .venv/bench
+CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance lint fuzz fixtures proto bench bench-torch clean
+.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch clean
 
 all: build
 
@@ -34,6 +35,12 @@ demo: build $(TESTENV)/.installed
 bench: build
 	$(GO) run ./internal/cmd/bench --strata bin/strata --json bench/results.json
 
+# strata convert on a multi-GB bf16 checkpoint with real data (about 20 GB
+# of scratch disk, a few minutes): as stored, fp8-block and fp8-dynamic, timed
+# against cp of the same directory; peak RSS at 4 and 16 layers.
+bench-convert: build
+	$(GO) run ./internal/cmd/benchconvert --strata bin/strata --json bench/convert-results.json
+
 # strata against torch.onnx.export on a mid-size random Llama (a few minutes,
 # ~5 GB of RAM; torch in its own environment).
 bench-torch: build $(BENCHENV)/.installed
@@ -44,9 +51,10 @@ $(BENCHENV)/.installed: bench/torch/requirements.txt
 	$(BENCHENV)/bin/pip install -q --disable-pip-version-check -r $<
 	touch $@
 
-# Everything CI runs: lint, Go tests, a short fuzz run of every parser, and
-# the conformance suite against ONNX Runtime.
-test: lint test-go fuzz test-conformance
+# Everything CI runs: lint, Go tests, a short fuzz run of every parser, the
+# conformance suite against ONNX Runtime, and the real clients of `strata
+# convert` output.
+test: lint test-go fuzz test-conformance test-client
 
 lint:
 	$(GO) vet ./...
@@ -70,7 +78,17 @@ fuzz:
 		$(GO) test ./$$pkg -run "^$$name\$$" -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 test-conformance: build $(TESTENV)/.installed
-	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA
+	cd conformance && ../$(TESTENV)/bin/python -m pytest -q -rA --ignore=client
+
+# strata convert's output loaded by transformers (FineGrainedFP8 with
+# accelerate, compressed-tensors), torch on CPU, in its own environment.
+test-client: build $(CLIENTENV)/.installed
+	cd conformance && ../$(CLIENTENV)/bin/python -m pytest -q -rA client
+
+$(CLIENTENV)/.installed: conformance/requirements-client.txt
+	$(PYTHON) -m venv $(CLIENTENV)
+	$(CLIENTENV)/bin/pip install -q --disable-pip-version-check -r $<
+	touch $@
 
 $(TESTENV)/.installed: conformance/requirements-test.txt
 	$(PYTHON) -m venv $(TESTENV)

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/host/convert"
+)
+
+func convertCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "convert",
+		Usage:     "re-write a checkpoint one decoder layer at a time (dtype change, FP8/MXFP4 dequantisation, FP8 quantisation), MTP weights carried whole",
+		ArgsUsage: "MODEL_DIR",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (new, empty, or this same conversion, which is resumed)"},
+			&cli.StringFlag{Name: "dtype", Usage: "write float tensors as bfloat16, float16 or float32, dequantising FP8 and MXFP4 sources (default: as stored)"},
+			&cli.StringFlag{Name: "quantize", Value: convert.QuantNone, Usage: "none, fp8-block (E4M3 + weight_scale_inv per 128×128 block: transformers' FineGrainedFP8) or fp8-dynamic (compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations)"},
+			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
+			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
+		},
+		Action: func(c *cli.Context) error {
+			dir, err := oneArg(c, "MODEL_DIR")
+			if err != nil {
+				return err
+			}
+			opts := convert.Options{
+				DType:    c.String("dtype"),
+				Quantize: c.String("quantize"),
+				Finalize: c.Bool("finalize"),
+				Jobs:     c.Int("jobs"),
+				Progress: c.App.ErrWriter,
+				TTY:      isTerminal(c.App.ErrWriter),
+			}
+			if s := c.String("layers"); s != "" {
+				r, err := parseLayers(s)
+				if err != nil {
+					return err
+				}
+				opts.Layers = &r
+			}
+			res, err := convert.Convert(c.Context, dir, c.String("out"), opts)
+			if err != nil {
+				if c.Context.Err() != nil { // run reports only "interrupted"
+					fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", err)
+				}
+				return err
+			}
+			reportConvert(c.App.Writer, res, opts)
+			return nil
+		},
+	}
+}
+
+// parseLayers parses "A-B" or "A".
+func parseLayers(s string) (convert.Range, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		b = a
+	}
+	from, err1 := strconv.Atoi(strings.TrimSpace(a))
+	to, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if err1 != nil || err2 != nil || from < 0 || to < from {
+		return convert.Range{}, usageError{fmt.Sprintf("--layers %q: give FIRST-LAST, e.g. 0-15 (inclusive, 0 ≤ FIRST ≤ LAST)", s)}
+	}
+	return convert.Range{From: from, To: to}, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+func reportConvert(w io.Writer, res *convert.Result, opts convert.Options) {
+	what := "converted"
+	if opts.DType != "" {
+		what += " to " + opts.DType
+	}
+	if opts.Quantize != "" && opts.Quantize != convert.QuantNone {
+		what += ", quantised " + opts.Quantize
+	}
+	fmt.Fprintf(w, "%s: %d of %d layers written by this run, %d already present, in %s\n", what, len(res.Written), res.Layers, len(res.Kept), res.Out)
+	if !res.Finalized {
+		fmt.Fprintf(w, "  not finalized: run with --finalize once every layer is converted (the index appears only then)\n")
+		return
+	}
+	fmt.Fprintf(w, "  %d source tensors: %d written, %d dropped on purpose; %d tensors in the output (%s)\n",
+		res.Sources, res.Sources-res.Dropped, res.Dropped, res.Outputs, convert.ReportFile)
+	for _, d := range res.MTP.Descriptions {
+		fmt.Fprintf(w, "  MTP (%s): %d tensors carried unquantised", d.Convention, len(res.MTP.Keys))
+		if len(res.MTP.Prefixes) > 0 {
+			fmt.Fprintf(w, ", excluded as %s", strings.Join(res.MTP.Prefixes, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(res.Exclusions) > 0 {
+		fmt.Fprintf(w, "  quantization_config excludes %d modules (routers, embeddings, lm_head, norms, MTP)\n", len(res.Exclusions))
+	}
+	rate := 0.0
+	if s := res.Elapsed.Seconds(); s > 0 {
+		rate = float64(res.TensorBytes) / s / 1e6
+	}
+	fmt.Fprintf(w, "  in %s; %.1f MB written (%.0f MB/s)\n", res.Elapsed.Round(1e6), float64(res.TensorBytes)/1e6, rate)
+}

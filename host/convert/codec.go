@@ -1,0 +1,205 @@
+package convert
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+
+	"github.com/x448/float16"
+)
+
+// Element codecs: safetensors float types to and from float32, and E4M3.
+// Rounding is to nearest, ties to even, as torch's .to() does.
+
+// isFloat reports whether a safetensors dtype is a plain float type that
+// can be cast (not a quantised code).
+func isFloat(dt string) bool {
+	switch dt {
+	case "F32", "F16", "BF16", "F64":
+		return true
+	}
+	return false
+}
+
+// isFP8 reports whether dt is an FP8 weight type that needs a scale.
+func isFP8(dt string) bool { return dt == "F8_E4M3" || dt == "F8_E5M2" }
+
+// elemBytes is the size of one element of a byte-aligned dtype.
+func elemBytes(dt string) int {
+	switch dt {
+	case "F64", "I64", "U64":
+		return 8
+	case "F32", "I32", "U32":
+		return 4
+	case "F16", "BF16", "I16", "U16":
+		return 2
+	}
+	return 1
+}
+
+// decode appends the float32 values of src (dtype dt) to dst.
+func decode(dst []float32, dt string, src []byte) []float32 {
+	n := len(src) / elemBytes(dt)
+	at := len(dst)
+	dst = slices.Grow(dst, n)[:at+n]
+	out := dst[at:]
+	switch dt {
+	case "F32":
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	case "BF16":
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+		}
+	case "F16":
+		for i := range out {
+			out[i] = float16.Frombits(binary.LittleEndian.Uint16(src[2*i:])).Float32()
+		}
+	case "F64":
+		for i := range out {
+			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:])))
+		}
+	case "F8_E4M3":
+		for i, b := range src {
+			out[i] = e4m3Values[b]
+		}
+	case "F8_E5M2":
+		for i, b := range src {
+			out[i] = e5m2Values[b]
+		}
+	case "U8", "F8_E8M0": // exponent bytes, as MX scales are read
+		for i, b := range src {
+			out[i] = float32(math.Ldexp(1, int(b)-127))
+		}
+	default:
+		return dst[:at]
+	}
+	return dst
+}
+
+// encode appends v as dtype dt (F32, F16, BF16 or F8_E4M3) to dst.
+func encode(dst []byte, dt string, v []float32) []byte {
+	switch dt {
+	case "BF16":
+		for _, x := range v {
+			dst = binary.LittleEndian.AppendUint16(dst, bfloat16(x))
+		}
+	case "F16":
+		for _, x := range v {
+			dst = binary.LittleEndian.AppendUint16(dst, float16.Fromfloat32(x).Bits())
+		}
+	case "F8_E4M3":
+		for _, x := range v {
+			dst = append(dst, e4m3(x))
+		}
+	default:
+		for _, x := range v {
+			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(x))
+		}
+	}
+	return dst
+}
+
+// roundTo rounds x to the precision of dt (the value a reader decodes).
+func roundTo(dt string, x float32) float32 {
+	var b []byte
+	b = encode(b, dt, []float32{x})
+	return decode(nil, dt, b)[0]
+}
+
+// bfloat16 rounds x to bfloat16, nearest even; NaN stays NaN (quiet).
+func bfloat16(x float32) uint16 {
+	bits := math.Float32bits(x)
+	if x != x {
+		return uint16(bits>>16) | 0x40
+	}
+	bits += 0x7fff + (bits>>16)&1
+	return uint16(bits >> 16)
+}
+
+// fp8Max is the largest finite E4M3FN value.
+const fp8Max = 448
+
+// e4m3 rounds x to E4M3FN (nearest even), saturating at ±448 as the
+// quantisers clamp before casting; NaN maps to NaN. Normal values take the
+// bit path: rebias the exponent and round the mantissa to 3 bits in one
+// integer add.
+func e4m3(x float32) uint8 {
+	b := math.Float32bits(x)
+	sign := uint8(b>>24) & 0x80
+	a := b &^ (1 << 31)
+	if a >= 0x3c800000 && a < 0x43e00000 { // 2^-6 ≤ |x| < 448
+		code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
+		return sign | uint8(min(code, 0x7e))
+	}
+	return e4m3Ref(x)
+}
+
+// e4m3Ref is the plain definition, for the edges (subnormals, saturation,
+// NaN) and as the test's reference.
+func e4m3Ref(x float32) uint8 {
+	bits := math.Float32bits(x)
+	sign := uint8(bits>>24) & 0x80
+	a := math.Float32frombits(bits &^ (1 << 31))
+	switch {
+	case a != a:
+		return sign | 0x7f
+	case a >= fp8Max:
+		return sign | 0x7e
+	case a < 1.0/64: // below the smallest normal: subnormal steps of 2^-9
+		return sign | uint8(math.RoundToEven(float64(a)*512))
+	}
+	b := math.Float32bits(a)
+	exp := int(b>>23) - 127 + 7 // biased E4M3 exponent, 1..15
+	man := b & 0x7fffff
+	q := man >> 20
+	rem := man & 0xfffff
+	if rem > 0x80000 || rem == 0x80000 && q&1 == 1 {
+		q++
+	}
+	if q == 8 {
+		q = 0
+		exp++
+	}
+	code := uint8(exp<<3) | uint8(q)
+	if code > 0x7e {
+		code = 0x7e
+	}
+	return sign | code
+}
+
+// absf is |x| without leaving float32.
+func absf(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+var e4m3Values, e5m2Values = func() (a, b [256]float32) {
+	for i := range 256 {
+		a[i] = minifloat(uint8(i), 4, 3, 7, false)
+		b[i] = minifloat(uint8(i), 5, 2, 15, true)
+	}
+	return
+}()
+
+func minifloat(b uint8, expBits, manBits, bias int, ieee bool) float32 {
+	sign := 1.0
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	exp := int(b>>manBits) & (1<<expBits - 1)
+	man := int(b) & (1<<manBits - 1)
+	top := 1<<expBits - 1
+	switch {
+	case ieee && exp == top && man == 0:
+		return float32(math.Inf(int(sign)))
+	case ieee && exp == top, !ieee && exp == top && man == 1<<manBits-1:
+		return float32(math.NaN())
+	case exp == 0:
+		return float32(sign * math.Ldexp(float64(man), 1-bias-manBits))
+	default:
+		return float32(sign * math.Ldexp(float64(man|1<<manBits), exp-bias-manBits))
+	}
+}
+
+// fp4Values is the E2M1 code table (bit 3 is the sign), as gpt-oss and
+// transformers define it; the low nibble is the even element.
+var fp4Values = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
