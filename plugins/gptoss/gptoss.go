@@ -92,6 +92,7 @@ func load(m *decoder.Model) error {
 	if c.window > 0 {
 		m.AddContext(decoder.SlidingWindow(ctxSlidingMask, c.window))
 		m.Kind(kindSliding, "GptOssSlidingDecoderLayer", body(ctxSlidingMask))
+		m.Note("sliding_attention layers keep a ctx_len KV cache like the others, masked to the last %d positions", c.window)
 	}
 	return nil
 }
