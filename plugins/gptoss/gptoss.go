@@ -60,6 +60,9 @@ func load(m *decoder.Model) error {
 	case c.topK < 1 || c.topK > c.experts:
 		return fmt.Errorf("config.json: num_experts_per_tok %d must be in 1..num_local_experts (%d)", c.topK, c.experts)
 	}
+	if err := configDefaults(m); err != nil {
+		return err
+	}
 	if err := c.readLayerTypes(m); err != nil {
 		return err
 	}
@@ -133,6 +136,29 @@ func (c *config) readLayerTypes(m *decoder.Model) error {
 	}
 	if c.window < 1 {
 		return fmt.Errorf("config.json: sliding_window must be positive, got %d", c.window)
+	}
+	return nil
+}
+
+// configDefaults applies GptOssConfig's defaults where they differ from
+// the common decoder's: head_dim 64 (not hidden/heads), num_key_value_heads
+// 8 (not the heads), rms_norm_eps 1e-5.
+func configDefaults(m *decoder.Model) error {
+	if !m.Config.Has("rms_norm_eps") {
+		m.Eps = 1e-5
+	}
+	if !m.Config.Has("num_key_value_heads") {
+		m.KVHeads = 8
+		if m.Heads%m.KVHeads != 0 {
+			return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: gpt-oss's default 8)", m.Heads)
+		}
+	}
+	if !m.Config.Has("head_dim") {
+		m.HeadDim = 64
+		var err error
+		if m.RoPE, err = blocks.RoPEFromConfig(m.Config, m.HeadDim); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -198,6 +198,26 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 }
 
+// Absent fields take GptOssConfig's defaults: head_dim 64, 8 KV heads.
+func TestConfigDefaults(t *testing.T) {
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, fused, func(c map[string]any) {
+		delete(c, "head_dim")
+		delete(c, "num_key_value_heads")
+		c["num_attention_heads"] = 16
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := plan.GetKinds()[0].GetCaches()[0].GetShape()
+	if shape[1].GetSize() != 8 || shape[3].GetSize() != 64 {
+		t.Errorf("cache shape %v, want [batch_size, 8, ctx_len, 64]", shape)
+	}
+	ok, reasons := check(t, tinyModel(t, fused, func(c map[string]any) { delete(c, "num_key_value_heads") }))
+	if ok || !strings.Contains(reasons, "absent: gpt-oss's default 8") {
+		t.Errorf("4 heads, default 8 KV heads: supported=%v %q", ok, reasons)
+	}
+}
+
 // Without rope settings, GptOssConfig's default applies: yarn, factor 32,
 // original 4096, truncate false, theta 150000, attention factor 1 + 0.1 ln 32.
 func TestDefaultRoPE(t *testing.T) {
