@@ -198,6 +198,23 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 }
 
+// attention_bias false drops all four attention biases (o_proj's too, as
+// transformers has it); the experts' and router's biases stay.
+func TestNoAttentionBias(t *testing.T) {
+	m := tinyModel(t, mxfp4, func(c map[string]any) { c["attention_bias"] = false })
+	if ok, reasons := check(t, m); !ok {
+		t.Fatal(reasons)
+	}
+	for _, ti := range m.Tensors {
+		if strings.Contains(ti.Key, "self_attn") && strings.HasSuffix(ti.Key, ".bias") {
+			t.Errorf("%s expected without attention_bias", ti.Key)
+		}
+	}
+	if !slices.ContainsFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(0, "mlp.router.bias") }) {
+		t.Error("the router bias is not expected")
+	}
+}
+
 // Absent fields take GptOssConfig's defaults: head_dim 64, 8 KV heads.
 func TestConfigDefaults(t *testing.T) {
 	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, fused, func(c map[string]any) {
