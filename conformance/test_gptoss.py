@@ -211,3 +211,37 @@ def test_float16_compute(name, tmp_path):
     scale = np.abs(fx.ref["logits"]).max()
     print(f"{name} float16: max |Δlogits| {diffs.max():.3e} of scale {scale:.2f}")
     assert diffs.max() <= 0.02 * scale
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_continuous_batching_chunked(name, tmp_path):
+    """--continuous-batching with layer functions, layerwise and stitched: a
+    three-row cache; each prompt prefilled alone into its slot (2, then 0)
+    in chunks of window + 1 tokens, then both decode together past the
+    window."""
+    fx = Fixture(name)
+    out = tmp_path / "out"
+    export(fx.model, out, "--continuous-batching", "--subfunctions", "--layerwise", "--window-size", "2")
+    sess = ortrun.session(str(out / "model.onnx"))
+    names = [o.name for o in sess.get_outputs()]
+    caches = ortrun.empty_caches(sess, 3, fx.meta["ctx_len"])
+    prompts, lengths, tokens = fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"]
+    chunk, slots = config(fx)["sliding_window"] + 1, [2, 0]
+
+    def step(ids, pos, rows):
+        outs = dict(zip(names, sess.run(names, {"input_ids": ids, "position_ids": pos,
+                                                "batch_index": np.array(rows, dtype=np.int64), **caches})))
+        caches.update({k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")})
+        return outs["logits"][:, 0, :]
+
+    got = [np.zeros_like(fx.ref["logits"][0]) for _ in range(1 + tokens.shape[1])]
+    for b, slot in enumerate(slots):
+        n = int(lengths[b])
+        for start in range(0, n, chunk):
+            end = min(n, start + chunk)
+            got[0][b] = step(prompts[b:b + 1, start:end], np.arange(start, end, dtype=np.int64)[None, :], [[slot]])[0]
+    for s in range(tokens.shape[1]):
+        got[s + 1] = step(tokens[:, s:s + 1].astype(np.int64), (lengths + s)[:, None].astype(np.int64), [[x] for x in slots])
+    diff = max_diff_per_step(np.stack(got), fx.ref["logits"])
+    print(f"{name} continuous batching, chunked prefill, layer functions: {diff.max():.2e}")
+    assert diff.max() <= TOLERANCE, diff
