@@ -24,7 +24,6 @@ generate.py (registered there); the helpers are generate.py's.
 import json
 import os
 import shutil
-import tempfile
 
 import numpy as np
 import torch

@@ -129,6 +129,9 @@ func (c *config) readLayerTypes(m *decoder.Model) error {
 		return nil
 	}
 	if !m.Config.Has("sliding_window") {
+		if types == nil {
+			return fmt.Errorf("config.json: sliding_window is missing (or null), but layer_types names sliding_attention layers (it is absent: transformers' default makes every even layer sliding)")
+		}
 		return fmt.Errorf("config.json: sliding_window is missing (or null), but layer_types names sliding_attention layers")
 	}
 	if c.window = m.Int("sliding_window"); m.Err != nil {
