@@ -21,12 +21,15 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+import gen_gptoss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -86,7 +89,7 @@ QWEN3_SPEC = {
                         {"seed": 2002}),
 }
 
-ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC}
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -380,11 +383,15 @@ def main():
         ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
-    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC))
+    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC))
     for name in sorted(ALL_SPEC):
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
             seed = options.get("seed", 1000 + older.index(name) if name in older else None)
+            if name in gen_gptoss.GPTOSS_SPEC:
+                gen_gptoss.generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed,
+                                            sys.modules[__name__])
+                continue
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
