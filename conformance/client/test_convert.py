@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 import safetensors.torch as st
 import torch

@@ -570,3 +570,19 @@ func TestLateUnstagedKeyFailsFinalize(t *testing.T) {
 		t.Errorf("late key: %v", err)
 	}
 }
+
+func TestProgressBarOnATerminalAndLinesOtherwise(t *testing.T) {
+	m := llamaModel(13, 2, "BF16")
+	src := m.write(t, t.TempDir())
+	for _, tty := range []bool{true, false} {
+		var buf bytes.Buffer
+		run(t, src, filepath.Join(t.TempDir(), "out"), Options{DType: "float16", Progress: &buf, TTY: tty})
+		out := buf.String()
+		if tty && (!strings.Contains(out, "\r\x1b[K[") || !strings.Contains(out, "3/3 shards") || !strings.Contains(out, "ETA")) {
+			t.Errorf("terminal progress: %q", out)
+		}
+		if !tty && (strings.Contains(out, "\r") || strings.Count(out, " written (") != 3 || !strings.Contains(out, "/s, ETA")) {
+			t.Errorf("plain progress: %q", out)
+		}
+	}
+}

@@ -75,9 +75,9 @@ func (pr *progress) keep(l int) {
 
 func (pr *progress) finish(l int) {
 	pr.mu.Lock()
+	defer pr.mu.Unlock() // workers finish concurrently; one line at a time
 	pr.done++
 	done := pr.done
-	pr.mu.Unlock()
 	if pr.w == nil || pr.tty {
 		return
 	}
