@@ -35,9 +35,13 @@ TEXT = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_lay
             initializer_range=0.25, bos_token_id=1, eos_token_id=2,
             rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 2, 2],
                                  mrope_interleaved=True))
-VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, temporal_patch_size=2,
-              spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=16, deepstack_visual_indexes=[0],
+VISION = dict(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, temporal_patch_size=2,
+              spatial_merge_size=2, out_hidden_size=64, num_position_embeddings=16, deepstack_visual_indexes=[0, 2],
               in_channels=3)
+# vision.npz: two images of different grids (t, h, w in patches), the second
+# with two frames (attention stays within a frame), for vision.onnx against
+# transformers' get_image_features.
+VISION_GRIDS = [[1, 4, 4], [2, 2, 6]]
 # hidden 64 ≠ 2 × 24: the fused experts' orientation shows in their shapes.
 MOE = dict(moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])
 
@@ -125,6 +129,25 @@ def reference(model, prompts, decode_tokens):
     return np.stack([np.stack(s) for s in steps]).astype(np.float32)
 
 
+@torch.no_grad()
+def vision_reference(model_dir, dest, seed):
+    """vision.npz: pixel_values, image_grid_thw and what transformers'
+    get_image_features returns for them (merged embeddings, DeepStack
+    features), from the saved checkpoint."""
+    model = load(model_dir)
+    v = model.config.vision_config
+    grid = torch.tensor(VISION_GRIDS, dtype=torch.int64)
+    patches = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    width = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size
+    gen = torch.Generator().manual_seed(seed)
+    pixels = torch.randn(patches, width, generator=gen)
+    out = model.model.get_image_features(pixel_values=pixels, image_grid_thw=grid, return_dict=True)
+    embeds = torch.cat(list(out.pooler_output), dim=0)
+    deep = torch.stack([torch.cat(list(f), dim=0) for f in out.deepstack_features])
+    np.savez_compressed(os.path.join(dest, "vision.npz"), pixel_values=pixels.numpy(), image_grid_thw=grid.numpy(),
+                        vision_embeds=embeds.numpy(), deepstack_features=deep.numpy())
+
+
 def generate_fixture(dest, name, overrides, dtype, options):
     g = helpers()
     seed = options["seed"]
@@ -143,6 +166,7 @@ def generate_fixture(dest, name, overrides, dtype, options):
         hub_experts(model_dir)
         hub = reference(load(model_dir), prompts, decode_tokens)
         assert np.array_equal(hub, logits), "transformers reads the Hub orientation back differently"
+    vision_reference(model_dir, dest, seed)
     arrays = dict(logits=logits, prompt_lengths=np.array(g.PROMPT_LENGTHS, dtype=np.int64),
                   prompts=g.pad(prompts), decode_tokens=np.array(decode_tokens, dtype=np.int64))
     meta = dict(name=name, checkpoint_dtype=dtype, ctx_len=g.CTX_LEN, decode_steps=g.DECODE_STEPS,

@@ -6,6 +6,7 @@ functions; a 3-row input refused by a 2-row export and the reverse; chunked
 prefill continuing the cache; both fused-expert orientations giving the same
 logits; both MoE strategies."""
 
+import json
 import os
 
 import numpy as np
@@ -152,3 +153,58 @@ def test_tied_head_reads_the_top_level_flag(tmp_path):
     keys = {s["key"] for w in spec["weights"] for s in w["sources"]}
     assert "lm_head.weight" not in keys and "model.language_model.embed_tokens.weight" in keys
     assert not any(k.startswith("model.visual.") for k in keys)
+
+
+# The vision encoder, vision.onnx (--extra-model vision), against
+# transformers' get_image_features on the fixture's two images (grids
+# vision.npz holds; the second has two frames).
+def vision_session(fx, tmp_path, *args):
+    out = tmp_path / "vision"
+    export(fx.model, out, "--extra-model", "vision", *args)
+    return ortrun.session(str(out / "vision.onnx")), out
+
+
+def image_features(sess, pixels, grid):
+    return sess.run(["vision_embeds", "deepstack_features"], {"pixel_values": pixels, "image_grid_thw": grid})
+
+
+@pytest.mark.parametrize("name", QWEN3VL)
+def test_vision_matches_get_image_features(name, tmp_path):
+    """Merged embeddings and DeepStack features of both images at once,
+    and of each image alone (any number of images, any grid: the grid
+    arithmetic is in the graph)."""
+    fx = Fixture(name)
+    ref = np.load(os.path.join(fx.dir, "vision.npz"))
+    sess, out = vision_session(fx, tmp_path)
+    assert [i.name for i in sess.get_inputs()] == ["pixel_values", "image_grid_thw"]
+    embeds, deep = image_features(sess, ref["pixel_values"], ref["image_grid_thw"])
+    diffs = [np.abs(embeds - ref["vision_embeds"]).max(), np.abs(deep - ref["deepstack_features"]).max()]
+    grid = ref["image_grid_thw"]
+    patches = np.cumsum([0] + [int(np.prod(g)) for g in grid])
+    tokens = patches // 4  # spatial_merge_size 2
+    for i in range(len(grid)):
+        e, d = image_features(sess, ref["pixel_values"][patches[i] : patches[i + 1]], grid[i : i + 1])
+        diffs += [np.abs(e - ref["vision_embeds"][tokens[i] : tokens[i + 1]]).max(),
+                  np.abs(d - ref["deepstack_features"][:, tokens[i] : tokens[i + 1]]).max()]
+    print(f"{name} vision: max |Δ| embeds {diffs[0]:.2e}, deepstack {diffs[1]:.2e}, images alone {max(diffs[2:]):.2e}")
+    assert max(diffs) <= TOLERANCE, diffs
+    keys = {s["key"] for w in json.load(open(out / "weight_spec.json"))["weights"] for s in w["sources"]}
+    assert any(k.startswith("model.visual.") for k in keys)
+
+
+def test_vision_refuses_inputs_the_grid_does_not_describe(tmp_path):
+    """More or fewer patches than the grids say, or a grid not a multiple of
+    spatial_merge_size: ONNX Runtime fails, nothing is computed."""
+    fx = Fixture("qwen3vl-f32-dense")
+    ref = np.load(os.path.join(fx.dir, "vision.npz"))
+    sess, _ = vision_session(fx, tmp_path)
+    px, grid = ref["pixel_values"], ref["image_grid_thw"]
+    for pixels, g in [(px[:-4], grid), (np.concatenate([px, px[:4]]), grid), (px[:12], np.array([[1, 3, 4]]))]:
+        with pytest.raises(Exception, match="Gather"):
+            image_features(sess, pixels, g)
+
+
+def test_vision_onnx_full_check(tmp_path):
+    fx = Fixture("qwen3vl-moe-bf16-hub-sparse")
+    _, out = vision_session(fx, tmp_path, "--link", "copy")
+    onnx.checker.check_model(str(out / "vision.onnx"), full_check=True)

@@ -32,12 +32,14 @@ var positionsOption = &pb.PluginOption{Name: optPositions, DefaultValue: "2", Al
 var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3_vl", HFArchitectures: []string{"Qwen3VLForConditionalGeneration"}, Name: "Qwen3VL",
 	ConfigObject: "text_config", Prefix: "model.language_model.",
-	Options: []*pb.PluginOption{positionsOption},
-	Load:    loadDense,
+	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{visionModel}},
+	Options:      []*pb.PluginOption{positionsOption},
+	Load:         loadDense,
 }, {
 	ModelType: "qwen3_vl_moe", HFArchitectures: []string{"Qwen3VLMoeForConditionalGeneration"}, Name: "Qwen3VLMoe",
 	ConfigObject: "text_config", Prefix: "model.language_model.",
-	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()}},
+	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
+		Models: []string{visionModel}},
 	Options: []*pb.PluginOption{positionsOption, {Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
 		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}},
 	Load: loadMoE,
@@ -68,7 +70,8 @@ func common(m *decoder.Model) (*decoder.Attention, error) {
 		m.PositionIDsRank = 3
 	}
 	if m.Top.Has("vision_config") {
-		m.Note("the vision encoder (model.visual.*) is not exported: this is the text-only language model")
+		m.Note("model.onnx is the text-only language model (no vision inputs); the vision encoder is a model of its own: --extra-model vision")
+		addVision(m)
 	}
 	return &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true}, nil
 }

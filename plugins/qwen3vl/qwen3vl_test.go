@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
+	"github.com/strata-llm/strata/sdk/hf"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -243,4 +245,79 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 	}
 	plugintest.RequireBound(t, plugin, plugintest.Model(t, plugin, []byte(denseConfig), "BF16"),
 		&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindDecoder, Layers: []int32{0, 1}})
+}
+
+// The vision model is declared only when vision_config is understood and
+// its tensors are present; otherwise the language model still exports and
+// Check says why vision is not available.
+func TestVisionModelDeclared(t *testing.T) {
+	const vision = `{"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
+		"temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 64, "num_position_embeddings": 16,
+		"deepstack_visual_indexes": [0], "in_channels": 3, "hidden_act": "gelu_pytorch_tanh"}`
+	base := plugintest.Config(t, denseConfig, func(m map[string]any) { m["vision_config"] = json.RawMessage(vision) })
+	lm := plugintest.Model(t, plugin, base, "F32")
+	c, err := readVision(mustParse(t, base), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &pb.Model{ConfigJson: base, Tensors: slices.Clone(lm.Tensors)}
+	for _, ts := range c.tensors() {
+		full.Tensors = append(full.Tensors, &pb.TensorInfo{Key: visionPrefix + ts[0].(string), Dtype: "F32", Shape: ts[1].([]int64)})
+	}
+	cases := map[string]struct {
+		model *pb.Model
+		edit  func(map[string]any)
+		want  string // a Check reason; "" when the model is declared
+	}{
+		"declared":       {full, nil, ""},
+		"no tensors":     {lm, nil, "lacks vision tensors model.visual.patch_embed.proj.weight"},
+		"unknown field":  {full, func(v map[string]any) { v["window_size"] = 112 }, "vision_config.window_size is not known"},
+		"other act":      {full, func(v map[string]any) { v["hidden_act"] = "silu" }, `hidden_act "silu"`},
+		"bad deepstack":  {full, func(v map[string]any) { v["deepstack_visual_indexes"] = []int{1} }, "index 1 outside 0..depth-1"},
+		"not square pos": {full, func(v map[string]any) { v["num_position_embeddings"] = 15 }, "not a square"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := &pb.Model{ConfigJson: tc.model.ConfigJson, Tensors: tc.model.Tensors}
+			if tc.edit != nil {
+				m.ConfigJson = plugintest.Config(t, string(base), func(top map[string]any) { tc.edit(top["vision_config"].(map[string]any)) })
+			}
+			ok, reasons := check(t, m)
+			if !ok {
+				t.Fatalf("the language model must stay supported: %s", reasons)
+			}
+			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			declared := len(plan.GetModels()) == 1 && plan.GetModels()[0].GetName() == visionModel
+			if declared != (tc.want == "") || (tc.want != "" && !strings.Contains(reasons, tc.want)) {
+				t.Errorf("declared=%v reasons=%q, want %q", declared, reasons, tc.want)
+			}
+			if declared {
+				resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: m, Part: sdk.PartModel, ModelName: visionModel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				bound := map[string]bool{inPixels: true, inGrid: true}
+				for _, b := range resp.GetWeights()[0].GetBindings() {
+					bound[b.GetInput()] = true
+				}
+				for _, in := range resp.GetFunction().GetInput() {
+					if !bound[in] {
+						t.Errorf("vision input %s is neither a graph input nor bound", in)
+					}
+				}
+			}
+		})
+	}
+}
+
+func mustParse(t *testing.T, data []byte) hf.Config {
+	t.Helper()
+	c, err := hf.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
