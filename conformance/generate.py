@@ -89,7 +89,9 @@ QWEN3_SPEC = {
                         {"seed": 2002}),
 }
 
-ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC}
+import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
+
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_qwen3vl.QWEN3VL_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -383,8 +385,9 @@ def main():
         ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
-    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC))
-    for name in sorted(ALL_SPEC):
+    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC))
+    gen_qwen3vl.generate(names)
+    for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC)):
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
             seed = options.get("seed", 1000 + older.index(name) if name in older else None)

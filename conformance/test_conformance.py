@@ -93,7 +93,8 @@ def test_onnx_full_check(name, tmp_path):
 
 def layer_count(fx):
     with open(os.path.join(fx.model, "config.json")) as f:
-        return json.load(f)["num_hidden_layers"]
+        cfg = json.load(f)
+    return cfg.get("text_config", cfg)["num_hidden_layers"]  # multimodal configs nest the language model's
 
 
 def window_files(out):

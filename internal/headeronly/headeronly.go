@@ -47,9 +47,11 @@ type Stats struct {
 
 // generators maps a config's model_type to the tensors its checkpoint holds.
 var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, error){
-	"llama":     LlamaTensors,
-	"qwen3_moe": Qwen3MoeTensors,
-	"gpt_oss":   GptOssTensors,
+	"llama":        LlamaTensors,
+	"qwen3_moe":    Qwen3MoeTensors,
+	"gpt_oss":      GptOssTensors,
+	"qwen3_vl":     Qwen3VLTensors,
+	"qwen3_vl_moe": Qwen3VLMoeTensors,
 }
 
 // Tensors lists the tensors of a checkpoint of configJSON's model_type.

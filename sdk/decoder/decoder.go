@@ -91,6 +91,10 @@ func (p Plugin) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, 
 	}
 	plan := &pb.PlanResponse{ModelType: m.arch.ModelType, VocabSize: int64(m.Vocab), HiddenSize: int64(m.Hidden),
 		ContextOutputs: slices.Clone(StandardContext), Mtp: m.MTP, Models: m.models}
+	if m.positionRank() == 3 {
+		plan.PositionIdsRank = 3
+		plan.ContextOutputs = append(plan.ContextOutputs, CtxPositions)
+	}
 	for _, v := range m.context {
 		plan.ContextOutputs = append(plan.ContextOutputs, v.Name)
 	}
@@ -124,7 +128,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	case sdk.PartEmbed:
 		return EmbedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))), nil
 	case sdk.PartContext:
-		return ContextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context), nil
+		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positionRank()), nil
 	case sdk.PartLayer:
 		k, ok := m.kind(req.GetKind())
 		if !ok {
@@ -132,7 +136,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
-		return FinalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden), nil
+		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
 		if !ok {
@@ -214,6 +218,9 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	}
 	if len(m.kinds) == 0 {
 		return nil, fmt.Errorf("plugin %s declares no layer kind for %s", p.Name, mt)
+	}
+	if err := m.checkPositionRank(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

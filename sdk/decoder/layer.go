@@ -32,7 +32,7 @@ type declaredWeight struct {
 
 func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
 	l := &Layer{Func: f, Model: m, Kind: k}
-	l.Hidden, l.Attn = layerInputs(f, m.Export)
+	l.Hidden, l.Attn = layerInputs(f, m.Export, m.positionRank())
 	return l
 }
 

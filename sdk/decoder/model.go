@@ -39,6 +39,9 @@ type Model struct {
 	// OutputHidden: the model also returns hidden_states [batch, seq, hidden],
 	// the final norm's output at every position (what an MTP draft reads).
 	OutputHidden bool
+	// PositionIDsRank 3 makes position_ids [3, batch, seq] (multimodal RoPE's
+	// rows, tables from RoPE.Tables3; see positions3.go); 0 or 2: [batch, seq].
+	PositionIDsRank int
 
 	arch          Architecture
 	kinds         []*Kind

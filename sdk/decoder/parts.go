@@ -72,13 +72,26 @@ func EmbedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildRes
 // ContextPart computes, once per model, the RoPE tables, the causal mask,
 // the cache read indices, and the plugin's own context values.
 func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
+	return contextPart(domain, name, dt, rope, opts, extra, 2)
+}
+
+// contextPart is ContextPart for position_ids of the given rank: with rank
+// 3 ([3,B,S] rows), the RoPE tables come from all rows (RoPE.Tables3) and
+// everything else, including the CtxPositions output, from row 0.
+func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue, rank int) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	pos, cache := f.Input(sdk.PositionIDs), f.Input(PastKey)
 	var ccl fn.Value
 	if opts.GetCcl() {
 		ccl = f.Input(sdk.CompCtxLengths)
 	}
-	cos, sin := rope.Tables(f.Scope("rope"), pos)
+	var cos, sin fn.Value
+	if rank == 3 {
+		cos, sin = rope.Tables3(f.Scope("rope"), pos)
+		pos = TextPositions(f.Scope("positions"), pos)
+	} else {
+		cos, sin = rope.Tables(f.Scope("rope"), pos)
+	}
 	slots := blocks.CacheSlots(f.Scope("cache"), cache, ccl)
 	indices, invalid := blocks.CacheReadIndices(f.Scope("cache"), pos, slots)
 	f.Output(CtxCos, cos)
@@ -86,6 +99,9 @@ func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 	f.Output(CtxMask, blocks.CausalMask(f.Scope("mask"), pos, slots))
 	f.Output(CtxReadIndices, indices)
 	f.Output(CtxReadInvalid, invalid)
+	if rank == 3 {
+		f.Output(CtxPositions, pos)
+	}
 	for _, v := range extra {
 		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope}))
 	}
@@ -96,9 +112,13 @@ func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 // state, positions, batch_index with continuous batching, the KV cache, the
 // standard context values) and returns the hidden state and attention
 // context.
-func layerInputs(f *fn.Func, opts *pb.ExportOptions) (hidden fn.Value, c blocks.AttentionContext) {
+func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int) (hidden fn.Value, c blocks.AttentionContext) {
 	hidden = f.Input(sdk.HiddenStates)
-	c.PositionIDs = f.Input(sdk.PositionIDs)
+	if rank == 3 { // the cache is written at row 0's positions, which the context part gives
+		c.PositionIDs = f.Input(CtxPositions)
+	} else {
+		c.PositionIDs = f.Input(sdk.PositionIDs)
+	}
 	if opts.GetContinuousBatching() {
 		c.BatchIndex = f.Input(sdk.BatchIndex)
 	}
@@ -116,8 +136,17 @@ const finalHidden = "hidden_states_normed"
 // returns them as hidden_states (the norm is per token, so the logits are
 // the same).
 func FinalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
+	return finalPart(domain, name, dt, eps, norm, head, allHidden, 2)
+}
+
+// finalPart is FinalPart for position_ids of the given rank (with 3, the
+// last valid token is row 0's).
+func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool, rank int) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
+	if rank == 3 {
+		pos = TextPositions(f.Scope("positions"), pos)
+	}
 	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")
 	var normed fn.Value
 	if allHidden {
