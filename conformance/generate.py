@@ -26,6 +26,8 @@ import tempfile
 import numpy as np
 import torch
 import transformers
+
+import gen_glm
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +88,7 @@ QWEN3_SPEC = {
                         {"seed": 2002}),
 }
 
-ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC}
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_glm.GLM_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -94,6 +96,8 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 
 def make_model(name, overrides, seed):
+    if name.startswith("glm-"):
+        return gen_glm.make_model(overrides, seed, BASE)
     torch.manual_seed(seed)
     if name.startswith("qwen3-"):
         cfg = transformers.Qwen3Config(**{**BASE, **overrides})
@@ -129,6 +133,7 @@ def save(model, out, dtype, options):
         save_bin_twin(out, out + "-bin")
     if options.get("fused_experts"):
         fuse_experts(out)
+    gen_glm.post_save(out, options)
 
 
 def fuse_experts(model_dir):
@@ -380,12 +385,13 @@ def main():
         ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
-    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC))
+    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_glm.GLM_SPEC))
     for name in sorted(ALL_SPEC):
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
             seed = options.get("seed", 1000 + older.index(name) if name in older else None)
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
+    gen_glm.generate_extras(FIXTURES, names)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "routers" in names:
