@@ -134,6 +134,12 @@ func layerList(ls []int32) string {
 // main model also return its final hidden states and declares mtp.onnx.
 func (info mtpInfo) declare(m *decoder.Model, c config) error {
 	m.MTP = info.layout
+	if !info.draft && info.layout.GetConvention() == mtpInlined {
+		d := &draft{m: m, layer: info.layout.GetLayers()[0]}
+		m.AddModel(d.spec(), func(*fn.Func) (*pb.BuildResponse, error) {
+			return nil, fmt.Errorf("mtp.onnx needs --mtp draft (plugin option mtp=draft), which also makes model.onnx output the hidden_states the draft reads")
+		})
+	}
 	if !info.draft {
 		return nil
 	}
