@@ -49,6 +49,7 @@ type Stats struct {
 var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, error){
 	"llama":     LlamaTensors,
 	"qwen3_moe": Qwen3MoeTensors,
+	"glm4_moe":  Glm4MoeTensors,
 }
 
 // Tensors lists the tensors of a checkpoint of configJSON's model_type.
