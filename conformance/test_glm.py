@@ -224,3 +224,15 @@ def test_mtp_draft_continuous_batching(tmp_path):
                           [[slot] for slot in slots])
     diff = tc.max_diff_per_step(np.stack(got), mtp["draft_logits"])
     assert diff.max() <= TOLERANCE, diff
+
+
+def test_inspect_shows_mtp():
+    """strata inspect (plain and --json) names the MTP convention, layers and keys."""
+    fx = tc.Fixture(MTP_FIXTURE)
+    layer = config(fx)["num_hidden_layers"]
+    out = subprocess.run([tc.STRATA, "inspect", "--json", fx.model], capture_output=True, text=True, check=True).stdout
+    mtp = json.loads(out)["mtp"]
+    assert mtp["convention"] == "inlined" and mtp["layers"] == [layer]
+    assert f"model.layers.{layer}.eh_proj.weight" in mtp["keys"] and all(k.startswith(f"model.layers.{layer}.") for k in mtp["keys"])
+    plain = subprocess.run([tc.STRATA, "inspect", fx.model], capture_output=True, text=True, check=True).stdout
+    assert f"inlined, layers [{layer}]" in plain and "left out of the export" in plain

@@ -55,6 +55,14 @@ type inspectReport struct {
 	Supported          bool           `json:"supported"`
 	LayerwiseSupported bool           `json:"layerwise_supported"`
 	Reasons            []string       `json:"reasons,omitempty"`
+	// MTP is the multi-token-prediction layout the plugin found.
+	MTP *mtpReport `json:"mtp,omitempty"`
+}
+
+type mtpReport struct {
+	Convention string   `json:"convention"`
+	Layers     []int32  `json:"layers"`
+	Keys       []string `json:"keys"`
 }
 
 type pluginRef struct {
@@ -106,6 +114,9 @@ func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins
 		return r
 	}
 	r.Layers = len(plan.GetLayers())
+	if m := plan.GetMtp(); m != nil {
+		r.MTP = &mtpReport{Convention: m.GetConvention(), Layers: m.GetLayers(), Keys: m.GetKeys()}
+	}
 	for _, l := range plan.GetLayers() {
 		r.LayerKinds[l.GetKind()]++
 	}
@@ -145,6 +156,9 @@ func (r inspectReport) print(w io.Writer) {
 	}
 	if r.Layers > 0 {
 		row("layers", fmt.Sprintf("%d (%s)", r.Layers, kindsText(r.LayerKinds)))
+	}
+	if r.MTP != nil {
+		row("mtp", fmt.Sprintf("%s, layers %v, %s", r.MTP.Convention, r.MTP.Layers, plural(len(r.MTP.Keys), "tensor")))
 	}
 	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))
 	var dts []string
