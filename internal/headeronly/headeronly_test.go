@@ -487,7 +487,7 @@ func TestErrors(t *testing.T) {
 	}{
 		"unknown model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{"model_type": "gpt2"}`), "BF16"); return err },
-			want: []string{`model_type "gpt2" is not supported`, "supported: llama"},
+			want: []string{`model_type "gpt2" is not supported`, "supported: glm4_moe, llama"},
 		},
 		"missing model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{}`), "BF16"); return err },
