@@ -249,3 +249,17 @@ def test_float16_compute(name, tmp_path):
     scale = np.abs(fx.ref["logits"]).max()
     print(f"{name} float16: max |Δlogits| {diffs.max():.3e} of scale {scale:.2f}")
     assert diffs.max() <= 0.01 * scale
+
+
+def test_mtp_draft_full_check(tmp_path):
+    """model.onnx (with hidden_states) and mtp.onnx pass onnx's full check
+    and strict shape inference (--link copy, as onnx tooling needs)."""
+    fx = tc.Fixture(MTP_FIXTURE)
+    out = tmp_path / "out"
+    tc.export(fx.model, out, "--mtp", "draft", "--extra-model", "mtp", "--link", "copy")
+    for name in ("model", "mtp"):
+        path = str(out / f"{name}.onnx")
+        onnx.checker.check_model(path, full_check=True)
+        inferred = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False), strict_mode=True)
+        logits = next(o for o in inferred.graph.output if o.name == "logits")
+        assert [d.dim_value or d.dim_param for d in logits.type.tensor_type.shape.dim] == ["batch_size", 1, 128]
