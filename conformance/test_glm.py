@@ -112,6 +112,8 @@ def test_mtp_skipped_by_default(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert "--mtp draft" in proc.stderr, proc.stderr
+    proc = subprocess.run([tc.STRATA, "export", fx.model, "--out", str(tmp_path / "y")], capture_output=True, text=True, check=True)
+    assert f"MTP weights (inlined, layers [{layer}]" in proc.stderr and "left out of this export" in proc.stderr, proc.stderr
 
 
 def run_main(sess, ref, ctx):
