@@ -270,3 +270,16 @@ def test_mtp_draft_full_check(tmp_path):
         inferred = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False), strict_mode=True)
         logits = next(o for o in inferred.graph.output if o.name == "logits")
         assert [d.dim_value or d.dim_param for d in logits.type.tensor_type.shape.dim] == ["batch_size", 1, 128]
+
+
+def test_mtp_draft_compute_context_length(tmp_path):
+    """mtp.onnx with --ccl: a comp_ctx_lengths input shorter than ctx_len
+    that still covers the positions gives the reference draft's logits."""
+    fx = tc.Fixture(MTP_FIXTURE)
+    mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
+    out = tmp_path / "out"
+    tc.export(fx.model, out, "--mtp", "draft", "--extra-model", "mtp", "--ccl")
+    needed = int(fx.ref["prompt_lengths"].max()) + fx.ref["decode_tokens"].shape[1]
+    sess = tc.WithInputs(ortrun.session(str(out / "mtp.onnx")), comp_ctx_lengths=np.zeros(needed, dtype=np.int64))
+    got = run_draft(sess, fx.ref, mtp["hidden_prefill"], mtp["hidden_decode"], fx.meta["ctx_len"])
+    assert tc.max_diff_per_step(got, mtp["draft_logits"]).max() <= TOLERANCE
