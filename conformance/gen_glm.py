@@ -38,6 +38,9 @@ GLM_SPEC = {
                            routed_scaling_factor=2.0), "float32", {"seed": 3003, "fused_experts": True}),
     "glm-f32-mtp": (dict(num_hidden_layers=2, use_qk_norm=True, n_group=2, topk_group=1, routed_scaling_factor=2.5),
                     "float32", {"seed": 3004, "mtp_layer": {"own_head": True, "own_embed": False}}),
+    "glm-bf16-mtp-own-embed": (dict(num_hidden_layers=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+                                    routed_scaling_factor=1.8, norm_topk_prob=False),
+                               "bfloat16", {"seed": 3005, "mtp_layer": {"own_head": False, "own_embed": True}}),
 }
 
 

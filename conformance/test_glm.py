@@ -19,6 +19,7 @@ import test_conformance as tc
 
 GLM = [n for n in tc.FIXTURES if n.startswith("glm-")]
 MTP_FIXTURE = "glm-f32-mtp"
+MTP_FIXTURES = [n for n in GLM if os.path.exists(os.path.join(tc.FIXTURES_DIR, n, "mtp_reference.npz"))]
 TOLERANCE = tc.TOLERANCE
 
 
@@ -97,10 +98,11 @@ def test_chunked_prefill(name, tmp_path):
     assert diff.max() <= TOLERANCE, diff
 
 
-def test_mtp_skipped_by_default(tmp_path):
+@pytest.mark.parametrize("name", MTP_FIXTURES)
+def test_mtp_skipped_by_default(name, tmp_path):
     """--mtp skip (default): no MTP tensor reaches the graph, model.onnx has
     no hidden_states output, and mtp.onnx is refused with the reason."""
-    fx = tc.Fixture(MTP_FIXTURE)
+    fx = tc.Fixture(name)
     layer = config(fx)["num_hidden_layers"]
     spec = tc.export(fx.model, tmp_path / "out")
     keys = json.dumps(spec)
@@ -160,12 +162,13 @@ def run_draft(sess, ref, hidden_prefill, hidden_decode, ctx):
 
 
 @pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions"])
-def test_mtp_draft_matches_reference(mode, tmp_path):
+@pytest.mark.parametrize("name", MTP_FIXTURES)
+def test_mtp_draft_matches_reference(name, mode, tmp_path):
     """--mtp draft --extra-model mtp: model.onnx also returns the final-norm
     hidden states (transformers' last_hidden_state, every valid position)
     with unchanged logits; mtp.onnx, fed them, gives the reference draft's
     logits; fed the reference's hidden states too."""
-    fx = tc.Fixture(MTP_FIXTURE)
+    fx = tc.Fixture(name)
     mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
     layer = int(mtp["mtp_layer"])
     out = tmp_path / "out"
@@ -191,15 +194,18 @@ def test_mtp_draft_matches_reference(mode, tmp_path):
     assert [o.name for o in draft.get_outputs()] == ["logits", f"past_key.{layer}_RetainedState", f"past_value.{layer}_RetainedState"]
     from_ref = tc.max_diff_per_step(run_draft(draft, fx.ref, mtp["hidden_prefill"], mtp["hidden_decode"], ctx), mtp["draft_logits"])
     chained = tc.max_diff_per_step(run_draft(draft, fx.ref, prefill, decode, ctx), mtp["draft_logits"])
-    print(f"{MTP_FIXTURE} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "
+    print(f"{name} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "
           + ", ".join(f"{d:.2e}" for d in from_ref) + f"; chained after model.onnx {chained.max():.2e}")
     assert hidden_diff <= TOLERANCE and from_ref.max() <= TOLERANCE and chained.max() <= TOLERANCE
     assert np.abs(mtp["draft_logits"]).max() > 1  # a logit scale the tolerance means something at
     main = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert not [i.name for i in main.graph.initializer if i.name.startswith(f"model.layers.{layer}.")]  # no MTP weight
+    # the MTP layer's own embedding and head where the checkpoint has them, else the main model's
     own = {i.name for i in onnx.load(str(out / "mtp.onnx"), load_external_data=False).graph.initializer}
-    assert {f"model.layers.{layer}.eh_proj.weight", f"model.layers.{layer}.shared_head.head.weight",
-            "model.embed_tokens.weight"} <= own  # its own head; the main embedding (the layer has none)
+    surgery = fx.meta["options"]["mtp_layer"]
+    head = f"model.layers.{layer}.shared_head.head.weight" if surgery["own_head"] else "lm_head.weight"
+    embed = f"model.layers.{layer}.embed_tokens.weight" if surgery["own_embed"] else "model.embed_tokens.weight"
+    assert {f"model.layers.{layer}.eh_proj.weight", head, embed} <= own, own
 
 
 def test_mtp_draft_continuous_batching(tmp_path):
