@@ -161,7 +161,7 @@ def run_draft(sess, ref, hidden_prefill, hidden_decode, ctx):
     return np.stack(got)
 
 
-@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions"])
+@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions", "materialize"])
 @pytest.mark.parametrize("name", MTP_FIXTURES)
 def test_mtp_draft_matches_reference(name, mode, tmp_path):
     """--mtp draft --extra-model mtp: model.onnx also returns the final-norm
@@ -173,13 +173,15 @@ def test_mtp_draft_matches_reference(name, mode, tmp_path):
     layer = int(mtp["mtp_layer"])
     out = tmp_path / "out"
     args = ["--mtp", "draft", "--extra-model", "mtp"]
-    if mode != "whole":
+    if mode == "materialize":
+        args += ["--weights", "materialize"]
+    if mode == "layerwise-subfunctions":
         # windows of one layer: the last window's hidden_states output is
         # hidden_states_final beside its hidden_states input, renamed back
         # when stitched (host/window/io.go ExtraOutputName)
         args += ["--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows"]
     tc.export(fx.model, out, *args)
-    if mode != "whole":
+    if mode == "layerwise-subfunctions":
         last = onnx.load(tc.window_files(out)[-1], load_external_data=False)
         assert "hidden_states" in [i.name for i in last.graph.input]
         assert "hidden_states_final" in [o.name for o in last.graph.output]
@@ -201,7 +203,7 @@ def test_mtp_draft_matches_reference(name, mode, tmp_path):
     main = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert not [i.name for i in main.graph.initializer if i.name.startswith(f"model.layers.{layer}.")]  # no MTP weight
     # the MTP layer's own embedding and head where the checkpoint has them, else the main model's
-    own = {i.name for i in onnx.load(str(out / "mtp.onnx"), load_external_data=False).graph.initializer}
+    own = {i.name.split("::")[0] for i in onnx.load(str(out / "mtp.onnx"), load_external_data=False).graph.initializer}
     surgery = fx.meta["options"]["mtp_layer"]
     head = f"model.layers.{layer}.shared_head.head.weight" if surgery["own_head"] else "lm_head.weight"
     embed = f"model.layers.{layer}.embed_tokens.weight" if surgery["own_embed"] else "model.embed_tokens.weight"
