@@ -27,6 +27,8 @@ import tempfile
 import numpy as np
 import torch
 import transformers
+
+import gen_glm
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import gen_gptoss
@@ -91,7 +93,8 @@ QWEN3_SPEC = {
 
 import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 
-ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_qwen3vl.QWEN3VL_SPEC}
+ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
+            **gen_qwen3vl.QWEN3VL_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -99,6 +102,8 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 
 def make_model(name, overrides, seed):
+    if name.startswith("glm-"):
+        return gen_glm.make_model(overrides, seed, BASE)
     torch.manual_seed(seed)
     if name.startswith("qwen3-"):
         cfg = transformers.Qwen3Config(**{**BASE, **overrides})
@@ -134,6 +139,7 @@ def save(model, out, dtype, options):
         save_bin_twin(out, out + "-bin")
     if options.get("fused_experts"):
         fuse_experts(out)
+    gen_glm.post_save(out, options)
 
 
 def fuse_experts(model_dir):
@@ -385,7 +391,8 @@ def main():
         ap.error(f"unknown fixture(s) {sorted(unknown)}; known: {sorted(ALL_SPEC)}, {', '.join(extras)}")
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
-    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC))
+    older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
+                   - set(gen_qwen3vl.QWEN3VL_SPEC))
     gen_qwen3vl.generate(names)
     for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC)):
         if name in names:
@@ -396,6 +403,7 @@ def main():
                                             sys.modules[__name__])
                 continue
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
+    gen_glm.generate_extras(FIXTURES, names)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "routers" in names:

@@ -76,6 +76,14 @@ type inspectReport struct {
 	Supported          bool           `json:"supported"`
 	LayerwiseSupported bool           `json:"layerwise_supported"`
 	Reasons            []string       `json:"reasons,omitempty"`
+	// MTP is the multi-token-prediction layout the plugin found.
+	MTP *mtpReport `json:"mtp,omitempty"`
+}
+
+type mtpReport struct {
+	Convention string   `json:"convention"`
+	Layers     []int32  `json:"layers"`
+	Keys       []string `json:"keys"`
 }
 
 type pluginRef struct {
@@ -128,6 +136,9 @@ func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins
 		return r
 	}
 	r.Layers = len(plan.GetLayers())
+	if m := plan.GetMtp(); m != nil {
+		r.MTP = &mtpReport{Convention: m.GetConvention(), Layers: m.GetLayers(), Keys: m.GetKeys()}
+	}
 	for _, l := range plan.GetLayers() {
 		r.LayerKinds[l.GetKind()]++
 	}
@@ -175,6 +186,9 @@ func (r inspectReport) print(w io.Writer) {
 		row("layers", fmt.Sprintf("%d (config.json)", r.Config.Layers))
 	}
 	r.Config.print(row)
+	if r.MTP != nil {
+		row("mtp", fmt.Sprintf("%s, layers %v, %s", r.MTP.Convention, r.MTP.Layers, plural(len(r.MTP.Keys), "tensor")))
+	}
 	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))
 	var dts []string
 	for _, d := range r.DTypes {

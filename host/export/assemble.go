@@ -91,7 +91,7 @@ func (a *assembler) run() error {
 			if formal == "" {
 				formal = x.GetName()
 			}
-			outputs[formal] = x.GetName()
+			outputs[formal] = window.ExtraOutputName(a.span, x.GetName())
 		}
 		if err := a.place(a.parts.final, sdk.NonLayer, "final",
 			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}, outputs); err != nil {

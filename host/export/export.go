@@ -312,7 +312,30 @@ func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
 	for _, s := range e.separate {
 		res.SeparateModels = append(res.SeparateModels, SeparateFile{Path: e.out.path(s.file), Bytes: len(s.data)})
 	}
+	if n := mtpLeftOut(e.parts.plan.GetMtp(), spec); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	return res
+}
+
+// mtpLeftOut says so when the plan reports multi-token-prediction weights
+// and the export binds none of them.
+func mtpLeftOut(m *pb.MTPLayout, spec *weights.Spec) string {
+	if len(m.GetKeys()) == 0 {
+		return ""
+	}
+	keys := map[string]bool{}
+	for _, k := range m.GetKeys() {
+		keys[k] = true
+	}
+	for _, w := range spec.Weights {
+		for _, src := range w.Sources {
+			if keys[src.Key] {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("the checkpoint's MTP weights (%s, layers %v, %d tensors) are left out of this export", m.GetConvention(), m.GetLayers(), len(m.GetKeys()))
 }
 
 // Inventory lists every tensor's key, dtype and shape for the plugin.

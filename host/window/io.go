@@ -96,9 +96,7 @@ func (m ModelIO) Of(s Span) (IO, error) {
 			if err != nil {
 				return IO{}, fmt.Errorf("extra output: %w", err)
 			}
-			if !s.IsFirst() && v.Name == BoundaryIn {
-				return IO{}, fmt.Errorf("the plan's extra output %s has the name of a window's hidden-state input: export this model whole, or with one window", v.Name)
-			}
+			v.Name = ExtraOutputName(s, v.Name)
 			io.Outputs = append(io.Outputs, v)
 		}
 	} else {
@@ -109,6 +107,21 @@ func (m ModelIO) Of(s Span) (IO, error) {
 		io.Outputs = append(io.Outputs, c)
 	}
 	return io, nil
+}
+
+// FinalSuffix marks, in a window after the first, an extra output named
+// like the window's hidden-state input (an MTP draft's hidden_states).
+const FinalSuffix = "_final"
+
+// ExtraOutputName is the graph name of the plan's extra output name in
+// window s: its own, except where it would clash with the hidden-state
+// input of a window after the first; there it is name+FinalSuffix, renamed
+// back when the windows are stitched.
+func ExtraOutputName(s Span, name string) string {
+	if !s.IsFirst() && name == BoundaryIn {
+		return name + FinalSuffix
+	}
+	return name
 }
 
 // caches are the cache inputs of the span's layers, in layer order.

@@ -95,6 +95,7 @@ func (s *stitcher) add(w Model) error {
 	rename := map[string]string{}
 	if !w.Span.IsFirst() {
 		rename[BoundaryIn] = Boundary(w.Span.First - 1)
+		rename[ExtraOutputName(w.Span, BoundaryIn)] = BoundaryIn // an extra output of that name (ExtraOutputName)
 	}
 	if !w.Span.IsLast() {
 		rename[BoundaryOut] = Boundary(w.Span.Last)

@@ -50,6 +50,7 @@ var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, err
 	"llama":        LlamaTensors,
 	"qwen3_moe":    Qwen3MoeTensors,
 	"gpt_oss":      GptOssTensors,
+	"glm4_moe":     Glm4MoeTensors,
 	"qwen3_vl":     Qwen3VLTensors,
 	"qwen3_vl_moe": Qwen3VLMoeTensors,
 }

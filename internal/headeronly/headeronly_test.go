@@ -487,7 +487,7 @@ func TestErrors(t *testing.T) {
 	}{
 		"unknown model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{"model_type": "gpt2"}`), "BF16"); return err },
-			want: []string{`model_type "gpt2" is not supported`, "supported: gpt_oss, llama, qwen3_moe"},
+			want: []string{`model_type "gpt2" is not supported`, "supported: glm4_moe, gpt_oss, llama, qwen3_moe, qwen3_vl, qwen3_vl_moe"},
 		},
 		"missing model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{}`), "BF16"); return err },
@@ -569,4 +569,39 @@ func TestQwen3_235B(t *testing.T) {
 	checkOpened(t, c, st, wantTensors, params)
 	checkShardLimit(t, c, tensors, fourGB)
 	checkSparse(t, c, st)
+}
+
+// TestGLM46 writes the GLM-4.6 config (92 layers, the first 3 dense, 160
+// experts, q/k norms, q/k/v biases) with its inlined MTP layer 92: 3 dense
+// layers of 14 tensors, 89 MoE layers and the MoE MTP layer of 496 (480
+// per-expert, router weight and correction bias, 3 shared-expert), the MTP
+// layer's 4 NextN tensors, embedding, norm and head.
+func TestGLM46(t *testing.T) {
+	config := readConfig(t, "glm-4.6")
+	tensors, err := Tensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 3*14 + 89*496 + 496 + 4 + 3
+	if len(tensors) != want {
+		t.Errorf("%d tensors, want %d", len(tensors), want)
+	}
+	has := map[string]Tensor{}
+	for _, x := range tensors {
+		has[x.Name] = x
+	}
+	for _, k := range []string{"model.layers.92.eh_proj.weight", "model.layers.92.mlp.experts.159.down_proj.weight",
+		"model.layers.91.self_attn.q_norm.weight", "model.layers.2.mlp.gate_proj.weight"} {
+		if _, ok := has[k]; !ok {
+			t.Errorf("no tensor %s", k)
+		}
+	}
+	if b := has["model.layers.3.mlp.gate.e_score_correction_bias"]; b.DType != "F32" {
+		t.Errorf("correction bias %+v, want F32", b)
+	}
+	for _, k := range []string{"model.layers.2.mlp.gate.weight", "model.layers.92.shared_head.head.weight", "model.layers.0.self_attn.o_proj.bias"} {
+		if _, ok := has[k]; ok {
+			t.Errorf("unexpected tensor %s", k)
+		}
+	}
 }

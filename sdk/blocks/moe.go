@@ -83,7 +83,8 @@ func (r Router) sigmoidGrouped(f *fn.Func, x fn.Value) (fn.Value, fn.Value) {
 	x32 := f.CastTo(x, f.DType(), fn.Float32)
 	w32 := f.CastTo(r.Weight, f.DType(), fn.Float32)
 	scores := f.Sigmoid(f.MatMul(x32, f.Transpose(w32, 1, 0))) // [T,E]
-	choice := f.Add(scores, r.CorrectionBias)
+	// The correction bias arrives in the compute dtype.
+	choice := f.Add(scores, f.CastTo(r.CorrectionBias, f.DType(), fn.Float32))
 	perGroup := int64(r.Experts / r.Groups)
 	grouped := f.Reshape(choice, 0, int64(r.Groups), perGroup) // [T,G,E/G]
 	best2, _ := f.TopK(grouped, 2)
