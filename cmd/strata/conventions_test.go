@@ -20,7 +20,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		"unknown command":               {[]string{"exprot", tinyLlama}, 2, `unknown command "exprot": did you mean export?`},
 		"unknown command, far":          {[]string{"frobnicate"}, 2, `unknown command "frobnicate" (strata --help`},
-		"unknown command after flag":    {sting2("--plugin-dir", llamaDir, "inspct"), 2, "did you mean inspect?"},
+		"unknown command after flag":    {argv("--plugin-dir", llamaDir, "inspct"), 2, "did you mean inspect?"},
 		"unknown flag":                  {[]string{"inspect", "--jsn", tinyLlama}, 2, "did you mean --json?"},
 		"unknown global flag":           {[]string{"--plugin-dri", "x", "archs"}, 2, "did you mean --plugin-dir?"},
 		"unknown bool-like flag":        {[]string{"export", tinyLlama, "--out", out(), "--layerwsie"}, 2, "flag provided but not defined: -layerwsie"},
@@ -59,7 +59,8 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-func sting2(a ...string) []string { return a }
+// argv is a command line, for cases whose first word is a flag.
+func argv(a ...string) []string { return a }
 
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
