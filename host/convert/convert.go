@@ -299,6 +299,7 @@ func prepareOut(srcDir, out string, p *plan) (*outDir, error) {
 		if err != nil {
 			return nil, err
 		}
+		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return unstartedManifest(dir, e) })
 		if len(entries) > 0 {
 			var names []string
 			for _, e := range entries {
@@ -493,4 +494,23 @@ func removeIfExists(path string) error {
 		return err
 	}
 	return nil
+}
+
+// unstartedManifest reports whether e is the manifest directory of a run
+// killed before its run record landed: a directory holding nothing, or
+// only the temporary file of that record. Such a run wrote nothing else.
+func unstartedManifest(dir string, e os.DirEntry) bool {
+	if e.Name() != ManifestDir || !e.IsDir() || e.Type()&os.ModeSymlink != 0 {
+		return false
+	}
+	inside, err := os.ReadDir(filepath.Join(dir, ManifestDir))
+	if err != nil {
+		return false
+	}
+	for _, f := range inside {
+		if !f.Type().IsRegular() || !strings.HasPrefix(f.Name(), tempPrefix+runFile) {
+			return false
+		}
+	}
+	return true
 }
