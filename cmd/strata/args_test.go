@@ -8,6 +8,7 @@ import (
 )
 
 func TestInterspersed(t *testing.T) {
+	t.Parallel()
 	app := newApp(io.Discard, io.Discard)
 	cases := map[string]struct{ in, want string }{
 		"flags after the model":        {"export M --out D --dtype float16", "export --out D --dtype float16 M"},
@@ -30,6 +31,7 @@ func TestInterspersed(t *testing.T) {
 }
 
 func TestInterspersedHelpAndPluginOptions(t *testing.T) {
+	t.Parallel()
 	app := newApp(io.Discard, io.Discard)
 	cases := map[string]struct{ in, want string }{
 		"help before a global flag":    {"export --help --plugin-dir P", "--plugin-dir P export --help"},

@@ -443,6 +443,7 @@ func hfCache(t *testing.T, root string) string {
 }
 
 func TestCatalogue(t *testing.T) {
+	t.Parallel()
 	// A plugin binary of the catalogue's own, so its processes are told
 	// apart from other tests'.
 	plugins := t.TempDir()

@@ -23,7 +23,7 @@ import (
 func compileCommand() *cli.Command {
 	flags := []cli.Flag{
 		&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "compile `DIR` (a checkpoint is exported into DIR/export first)"},
-		jsonFlag,
+		jsonFlag(),
 		&cli.StringFlag{Name: "backend", Value: "qaic", Usage: "qaic (qaic-compile) or ort (ONNX Runtime's optimiser)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "qaic: write specializations.json, custom_io.yaml and compile.sh, do not run the compiler"},
 		&cli.StringFlag{Name: "compiler", Usage: "qaic: qaic-compile `PATH` (default: on PATH, else " + compile.DefaultCompiler + ")"},

@@ -47,6 +47,7 @@ func compileRecord(t *testing.T, dir, compiler string) string {
 }
 
 func TestCompileQAIC(t *testing.T) {
+	t.Parallel()
 	compiler := fakeCompiler(t)
 	cases := map[string]struct {
 		export, compile []string
@@ -85,6 +86,7 @@ func TestCompileQAIC(t *testing.T) {
 }
 
 func TestCompilePerWindow(t *testing.T) {
+	t.Parallel()
 	compiler := fakeCompiler(t)
 	out := filepath.Join(t.TempDir(), "compiled")
 	code, stdout, stderr := strata(t, "compile", tinyLlama, "--out", out, "--plugin-dir", llamaDir, "--compiler", compiler,
@@ -127,6 +129,7 @@ func TestCompileFailureLeavesNoBinary(t *testing.T) {
 }
 
 func TestCompileErrors(t *testing.T) {
+	t.Parallel()
 	exported := filepath.Join(t.TempDir(), "export")
 	if code, _, stderr := strata(t, "export", tinyLlama, "--out", exported, "--plugin-dir", llamaDir); code != 0 {
 		t.Fatal(stderr)

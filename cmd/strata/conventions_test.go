@@ -12,6 +12,7 @@ import (
 
 // Every usage error exits 2 and says what is wrong; failures exit 1.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	out := func() string { return filepath.Join(t.TempDir(), "o") }
 	cases := map[string]struct {
 		args []string
@@ -63,6 +64,7 @@ func TestExitCodes(t *testing.T) {
 func argv(a ...string) []string { return a }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, errOut := strata(t, args...)
 		if code != 0 {
@@ -77,6 +79,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	code, main, _ := strata(t, "--help")
 	if code != 0 {
 		t.Fatal(code)
@@ -108,6 +111,7 @@ func TestHelp(t *testing.T) {
 // A file named like a plugin that cannot run is reported, not skipped in
 // silence.
 func TestNonExecutablePluginReported(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "strata-plugin-broken")
 	if err := os.WriteFile(bad, []byte("#!/bin/sh\n"), 0o644); err != nil {
@@ -127,6 +131,7 @@ func TestNonExecutablePluginReported(t *testing.T) {
 // with the export inside it, and with STRATA_MODEL when moved away from an
 // export outside it.
 func TestCompileScriptMoves(t *testing.T) {
+	t.Parallel()
 	compiler := fakeCompiler(t)
 	tmp := t.TempDir()
 	inside := filepath.Join(tmp, "inside")

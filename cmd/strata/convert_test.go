@@ -94,6 +94,7 @@ func sameFiles(t *testing.T, got, want map[string]string) {
 }
 
 func TestConvertCommand(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	code, stdout, stderr := strata(t, "convert", tinyLlama, "--out", out, "--dtype", "float16", "--quantize", "fp8-block", "-j", "2")
 	if code != 0 {
@@ -121,6 +122,7 @@ func TestConvertCommand(t *testing.T) {
 }
 
 func TestConvertCommandErrors(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	cases := []struct {
 		args []string
@@ -146,6 +148,7 @@ func TestConvertCommandErrors(t *testing.T) {
 // TestConvertSurvivesKill9 kills strata convert at several points; each
 // re-run completes the directory to exactly what one uninterrupted run writes.
 func TestConvertSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	src := bigLlama(t, 6, 16)
 	args := []string{"--dtype", "bfloat16", "--quantize", "fp8-dynamic", "-j", "2"}
 	ref := filepath.Join(t.TempDir(), "ref")
@@ -177,6 +180,7 @@ func TestConvertSurvivesKill9(t *testing.T) {
 // exits promptly, writes no index, says how to resume, and the re-run
 // completes it.
 func TestConvertCtrlCStopsWithinASecond(t *testing.T) {
+	t.Parallel()
 	src := bigLlama(t, 8, 24)
 	out := filepath.Join(t.TempDir(), "out")
 	args := []string{"convert", src, "--out", out, "--quantize", "fp8-block", "-j", "1"}
@@ -225,6 +229,7 @@ func TestConvertCtrlCStopsWithinASecond(t *testing.T) {
 // limit (writes fail as on a full disk): a clear error, no index, and once
 // there is room the same command completes the directory.
 func TestConvertFullDiskFailsClearlyAndResumes(t *testing.T) {
+	t.Parallel()
 	src := bigLlama(t, 2, 4)
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command("sh", "-c", `ulimit -f 2048 && exec "$0" convert "$1" --out "$2" --dtype float16`, strataBin, src, out)

@@ -16,7 +16,7 @@ func convertBinCommand() *cli.Command {
 		Description: modelHelp,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "`DIR` for the safetensors checkpoint (new, empty, or an earlier conversion)"},
-			revisionFlag,
+			revisionFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			model, err := oneArg(c, modelArgs)

@@ -17,6 +17,7 @@ import (
 // functions, one per layer kind (sliding, full) in the order layer_types
 // gives. The experts stay MXFP4: each binding reads the blocks and scales.
 func TestGptOss120BHeaderOnly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, err := testbin.Build(dir, "strata-plugin-gptoss", "./plugins/gptoss"); err != nil {
 		t.Fatal(err)

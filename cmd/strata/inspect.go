@@ -20,7 +20,7 @@ func inspectCommand() *cli.Command {
 		Usage:       "describe a checkpoint: architecture, plugin, layers, parameters, dtypes, shards, and whether strata can export it",
 		ArgsUsage:   modelArgs,
 		Description: modelHelp,
-		Flags:       []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}, revisionFlag},
+		Flags:       []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}, revisionFlag()},
 		Action: func(c *cli.Context) error {
 			model, err := oneArg(c, modelArgs)
 			if err != nil {

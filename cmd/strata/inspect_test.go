@@ -30,6 +30,7 @@ func vlmLike(t *testing.T) string {
 }
 
 func TestInspectKeyNumbers(t *testing.T) {
+	t.Parallel()
 	theta := func(f float64) *float64 { return &f }
 	cases := map[string]struct {
 		model string

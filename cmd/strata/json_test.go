@@ -11,6 +11,7 @@ import (
 // --json prints one JSON object on stdout, and --stats - the stats there,
 // with the facts of the text summary.
 func TestMachineReadableResults(t *testing.T) {
+	t.Parallel()
 	compiler := fakeCompiler(t)
 	cases := map[string]struct {
 		args      []string

@@ -15,6 +15,7 @@ import (
 )
 
 func TestLayerwiseGuard(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	code, _, errOut := strata(t, "export", tinyLlama, "--out", out, "--layerwise", "--plugin-dir", fakeDirs["no-layerwise"])
 	if code != 1 {
@@ -37,6 +38,7 @@ func TestLayerwiseGuard(t *testing.T) {
 }
 
 func TestLayerwiseUsageErrors(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	cases := map[string]struct {
 		args []string
@@ -63,6 +65,7 @@ func TestLayerwiseUsageErrors(t *testing.T) {
 // moment, a model.onnx present is the complete one, and the next run
 // finishes the export to exactly the bytes of an uninterrupted one.
 func TestKillAndResume(t *testing.T) {
+	t.Parallel()
 	src := testbin.HeaderOnly(t, "llama-3.1-70b")
 	args := func(out string) []string {
 		return []string{"export", src, "--out", out, "--plugin-dir", llamaDir, "--layerwise", "-j", "1"}
@@ -137,6 +140,7 @@ func read(t *testing.T, path string) []byte {
 // No environment variable changes what an export produces: the same bytes
 // with a noisy environment, another working directory and a relative path.
 func TestEnvironmentDoesNotChangeTheExport(t *testing.T) {
+	t.Parallel()
 	run := func(out string, env []string, dir, model string) {
 		t.Helper()
 		cmd := exec.Command(strataBin, "export", model, "--out", out, "--plugin-dir", llamaDir,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -230,12 +231,18 @@ func versionCommand() *cli.Command {
 
 // helpPluginDirs are the --plugin-dir flags, for help that lists the
 // options of the plugins found.
-var helpPluginDirs []string
+var helpPluginDirs struct {
+	sync.Mutex
+	dirs []string
+}
 
 // printPluginOptions lists, under a command's help, the options each
 // plugin found declares: the CLI knows no architecture's options itself.
 func printPluginOptions(w io.Writer) {
-	reg := plugins.Load(context.Background(), plugins.SearchPath(helpPluginDirs), plugins.Options{
+	helpPluginDirs.Lock()
+	dirs := helpPluginDirs.dirs
+	helpPluginDirs.Unlock()
+	reg := plugins.Load(context.Background(), plugins.SearchPath(dirs), plugins.Options{
 		Timeout: 30 * time.Second, Logger: hclog.NewNullLogger()})
 	defer reg.Close()
 	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, or --plugin-option KEY=VALUE; from the plugins found):")
@@ -270,10 +277,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
-		}, append(profileFlags, statsFlag)...),
+		}, append(profileFlags(), statsFlag())...),
 		OnUsageError: onUsageError,
 		Before: func(c *cli.Context) error {
-			helpPluginDirs = c.StringSlice("plugin-dir")
+			helpPluginDirs.Lock()
+			helpPluginDirs.dirs = c.StringSlice("plugin-dir")
+			helpPluginDirs.Unlock()
 			if err := checkPluginDirs(c.StringSlice("plugin-dir")); err != nil {
 				return err
 			}

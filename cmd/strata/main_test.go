@@ -97,6 +97,7 @@ func requireNoProcesses(t *testing.T, dir string) {
 }
 
 func TestArchsListsPlugins(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := strata(t, "archs", "--plugin-dir", llamaDir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -110,6 +111,7 @@ func TestArchsListsPlugins(t *testing.T) {
 }
 
 func TestArchsJSONKeepsBrokenPluginsApart(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := strata(t, "archs", "--json", "--plugin-dir", llamaDir, "--plugin-dir", fakeDirs["crash-on-start"],
 		"--plugin-dir", fakeDirs["protocol-2"], "--plugin-dir", fakeDirs["stdout"])
 	if code != 0 {
@@ -137,6 +139,7 @@ func TestArchsJSONKeepsBrokenPluginsApart(t *testing.T) {
 }
 
 func TestExportWithoutPluginSaysWhereItLooked(t *testing.T) {
+	t.Parallel()
 	empty := t.TempDir()
 	out := filepath.Join(t.TempDir(), "out")
 	code, _, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", empty)
@@ -154,6 +157,7 @@ func TestExportWithoutPluginSaysWhereItLooked(t *testing.T) {
 }
 
 func TestExportWritesModelAndSpec(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	code, stdout, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", llamaDir)
 	if code != 0 {
@@ -307,6 +311,7 @@ func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 }
 
 func TestExportRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	shardedFixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
 	cases := map[string]struct {
 		model   func(t *testing.T) string // checkpoint dir to export
@@ -450,6 +455,7 @@ func truncate(t *testing.T, path string, by int64) {
 }
 
 func TestMisbehavingPlugins(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		mode    string
 		args    []string
@@ -486,6 +492,7 @@ func TestMisbehavingPlugins(t *testing.T) {
 // TestInterruptStopsPluginsAndWritesNothing sends Ctrl-C (SIGINT) to a real
 // strata process while its plugin is busy.
 func TestInterruptStopsPluginsAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", fakeDirs["hang-on-plan"])
 	var stderr bytes.Buffer
@@ -515,6 +522,7 @@ func TestInterruptStopsPluginsAndWritesNothing(t *testing.T) {
 // TestKilledHostLeavesNoPlugin: even SIGKILL, which strata cannot handle,
 // takes the plugin down with it.
 func TestKilledHostLeavesNoPlugin(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", fakeDirs["hang-on-plan"])
 	if err := cmd.Start(); err != nil {
@@ -540,6 +548,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		args []string
 		want string
@@ -559,6 +568,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	code, out, errOut := strata(t, "inspect", "--json", tinyLlama, "--plugin-dir", llamaDir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -585,6 +595,7 @@ func TestInspect(t *testing.T) {
 // Two plugins claim llama: the one found first (here the first --plugin-dir)
 // is used, and archs says the other is not.
 func TestFirstPluginFoundWins(t *testing.T) {
+	t.Parallel()
 	code, out, _ := strata(t, "archs", "--plugin-dir", fakeDirs["refuse"], "--plugin-dir", llamaDir)
 	if code != 0 || !strings.Contains(out, "not used: "+filepath.Join(fakeDirs["refuse"], "strata-plugin-fake-refuse")) {
 		t.Errorf("archs does not say which plugin wins:\n%s", out)
@@ -624,6 +635,7 @@ echo "left:"; ls -A "$2/out" 2>/dev/null; exit $code`
 }
 
 func TestOutputOnAnotherFilesystem(t *testing.T) {
+	t.Parallel()
 	code, stderr, left := onSmallFilesystem(t, "4m")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, stderr)
@@ -643,6 +655,7 @@ func TestOutputOnAnotherFilesystem(t *testing.T) {
 }
 
 func TestFullDisk(t *testing.T) {
+	t.Parallel()
 	code, stderr, left := onSmallFilesystem(t, "64k", "--link", "copy")
 	if code != 1 || !strings.Contains(stderr, "no space left on device") {
 		t.Fatalf("exit %d, want 1 with ENOSPC named:\n%s", code, stderr)
@@ -656,6 +669,7 @@ func TestFullDisk(t *testing.T) {
 // plugins' peak RSS apart, and the checkpoint bytes the export read;
 // --cpuprofile and --memprofile write pprof files.
 func TestStatsAndProfiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	statsPath := filepath.Join(dir, "stats.json")
 	code, _, errOut := strata(t, "--stats", statsPath, "--cpuprofile", filepath.Join(dir, "cpu.prof"),

@@ -18,6 +18,7 @@ import (
 // No output holds a path of this machine, and model.onnx's metadata points
 // at weight_spec.json (with its hash) instead of embedding it.
 func TestNoMachinePathsInOutputs(t *testing.T) {
+	t.Parallel()
 	compiler := fakeCompiler(t)
 	// The checkpoint lies under a distinctive directory, to be searched for.
 	src := filepath.Join(t.TempDir(), "where-the-checkpoint-lies")

@@ -8,8 +8,11 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 )
 
-// revisionFlag picks the snapshot of a Hugging Face cache repository.
-var revisionFlag = &cli.StringFlag{Name: "revision", Usage: "with a hub id or a Hugging Face cache repository: the snapshot of `REV`, a ref name or a commit hash (default: main)"}
+// revisionFlag picks (each app gets its own flags: urfave/cli writes into
+// them while parsing) the snapshot of a Hugging Face cache repository.
+func revisionFlag() cli.Flag {
+	return &cli.StringFlag{Name: "revision", Usage: "with a hub id or a Hugging Face cache repository: the snapshot of `REV`, a ref name or a commit hash (default: main)"}
+}
 
 // modelArgs is how commands name their MODEL argument in help.
 const modelArgs = "MODEL"

@@ -11,9 +11,11 @@ import (
 
 // Profiling flags: the host's side of an export (plugins are separate
 // processes; profile them with their own tests' benchmarks).
-var profileFlags = []cli.Flag{
-	&cli.PathFlag{Name: "cpuprofile", Usage: "write a pprof CPU profile of the command to `FILE`"},
-	&cli.PathFlag{Name: "memprofile", Usage: "write a pprof heap profile (allocations) at the end of the command to `FILE`"},
+func profileFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.PathFlag{Name: "cpuprofile", Usage: "write a pprof CPU profile of the command to `FILE`"},
+		&cli.PathFlag{Name: "memprofile", Usage: "write a pprof heap profile (allocations) at the end of the command to `FILE`"},
+	}
 }
 
 const profilesKey = "profiles"

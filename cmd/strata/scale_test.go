@@ -17,6 +17,7 @@ import (
 // layer functions. Timings are for the benchmarks; this checks it works at
 // full scale and reads headers only.
 func TestQwen3_235BHeaderOnly(t *testing.T) {
+	t.Parallel()
 	src := testbin.HeaderOnly(t, "qwen3-235b-a22b")
 	export := func(args ...string) (string, string) {
 		t.Helper()

@@ -35,7 +35,9 @@ type usage struct {
 
 const statsKey = "stats"
 
-var statsFlag = &cli.PathFlag{Name: "stats", Usage: "when the command ends, write its wall time, CPU time and peak RSS (host and plugins apart) and the checkpoint bytes read as JSON to `FILE` (- for stdout; with --json, as its \"stats\")"}
+func statsFlag() cli.Flag {
+	return &cli.PathFlag{Name: "stats", Usage: "when the command ends, write its wall time, CPU time and peak RSS (host and plugins apart) and the checkpoint bytes read as JSON to `FILE` (- for stdout; with --json, as its \"stats\")"}
+}
 
 // startStats notes the start time if --stats is given.
 func startStats(c *cli.Context) {

@@ -20,7 +20,9 @@ import (
 )
 
 // jsonFlag makes export and compile print one JSON object on stdout.
-var jsonFlag = &cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object on stdout (the facts of the text summary)"}
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object on stdout (the facts of the text summary)"}
+}
 
 // exportSummary is what an export reports: the text summary and --json
 // carry the same facts under the same names.
