@@ -206,7 +206,7 @@ func (e *exporter) whole() (*Result, error) {
 		return nil, err
 	}
 	spec := e.spec(a.table)
-	m, err := buildModel(a.b, spec, e.plugin, e.opts.Version, nil)
+	m, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -245,11 +245,17 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	}
 	*spec = *all
 	// The model's metadata points at weight_spec.json rather than holding it.
-	ref, err := spec.Reference(SpecFile)
+	specJSON, err := spec.Marshal()
+	if err != nil {
+		return 0, err
+	}
+	ref, err := spec.ReferenceTo(SpecFile, specJSON)
 	if err != nil {
 		return 0, err
 	}
 	setMetadata(m, weights.MetadataKey, ref)
+	setMetadata(m, "strata.model_type", spec.ModelType)
+	setMetadata(m, "strata.compute_dtype", spec.ComputeDType)
 	model, err := encode(m)
 	if err != nil {
 		return 0, err
@@ -257,7 +263,7 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return len(model), e.out.write(e.ctx, e.ckpt, spec, model, t, extra)
+	return len(model), e.out.write(e.ctx, e.ckpt, spec, specJSON, model, t, extra)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).
@@ -450,17 +456,17 @@ func layersOf(plan *pb.PlanResponse, kind string) []int32 {
 // buildModel finishes the model with its provenance and the weight spec in
 // the metadata; a window's span is recorded too (nil for a whole model).
 func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, error) {
-	compact, err := spec.Compact()
-	if err != nil {
-		return nil, err
-	}
 	props := map[string]string{
 		"strata.version":        version,
 		"strata.plugin":         p.Desc.GetName(),
 		"strata.plugin_version": p.Desc.GetVersion(),
-		"strata.model_type":     spec.ModelType,
-		"strata.compute_dtype":  spec.ComputeDType,
-		weights.MetadataKey:     compact,
+	}
+	if spec != nil { // else commit records a reference to weight_spec.json
+		compact, err := spec.Compact()
+		if err != nil {
+			return nil, err
+		}
+		props["strata.model_type"], props["strata.compute_dtype"], props[weights.MetadataKey] = spec.ModelType, spec.ComputeDType, compact
 	}
 	if span != nil {
 		props[window.MetadataKey] = span.String()
@@ -477,6 +483,9 @@ func setMetadata(m *onnxpb.ModelProto, key, value string) {
 		}
 	}
 	m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: key, Value: value})
+	// Sorted as graph.Builder writes them: the same model, the same bytes,
+	// whole or stitched.
+	slices.SortFunc(m.MetadataProps, func(a, b *onnxpb.StringStringEntryProto) int { return strings.Compare(a.GetKey(), b.GetKey()) })
 }
 
 // encode marshals a model deterministically: the same model, the same bytes.

@@ -136,6 +136,12 @@ func (s *Spec) Reference(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return s.ReferenceTo(path, data)
+}
+
+// ReferenceTo is Reference for a spec already marshalled as data (the
+// bytes written to path): a large spec is encoded once.
+func (s *Spec) ReferenceTo(path string, data []byte) (string, error) {
 	sum := sha256.Sum256(data)
 	ref, err := json.Marshal(SpecReference{Format: SpecFormat, Version: SpecVersion, Path: path, SHA256: hex.EncodeToString(sum[:]),
 		Weights: len(s.Weights), Files: len(s.Files)})
