@@ -46,6 +46,7 @@ func convertCommand() *cli.Command {
 				}
 				opts.Layers = &r
 			}
+			opts.MTP = pluginMTP(c, dir)
 			res, err := convert.Convert(c.Context, dir, c.String("out"), opts)
 			if err != nil {
 				if c.Context.Err() != nil { // run reports only "interrupted"
