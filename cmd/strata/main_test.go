@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,10 +77,17 @@ func setup(tmp string) error {
 	return err
 }
 
+// inProcess serialises in-process runs of the CLI: urfave/cli writes into
+// package-level flags it shares between apps (its help flag) while parsing.
+// Tests run in parallel; their in-process CLI calls take turns.
+var inProcess sync.Mutex
+
 // strata runs the CLI in-process and returns exit code, stdout and stderr.
 func strata(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
+	inProcess.Lock()
+	defer inProcess.Unlock()
 	code := run(append([]string{"strata"}, args...), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
