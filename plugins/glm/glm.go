@@ -7,7 +7,6 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
-	"github.com/strata-llm/strata/sdk/weight"
 )
 
 const (
@@ -44,7 +43,7 @@ type config struct {
 	groups, topKGroups                                 int
 	normTopK, qkNorm, bias                             bool
 	scale                                              float64
-	layouts                                            map[int32]expertLayout // per MoE layer (MTP layers too), from the keys
+	stored                                             *decoder.StoredExperts // per-expert or fused, per MoE layer (MTP layers too)
 }
 
 func load(m *decoder.Model) error {
@@ -90,11 +89,8 @@ func load(m *decoder.Model) error {
 		return err
 	}
 	m.KindOf = c.kind
-	c.layouts = map[int32]expertLayout{}
-	detect := func(i int32) (err error) {
-		c.layouts[i], err = c.detectLayout(m, i)
-		return err
-	}
+	c.stored = &decoder.StoredExperts{Count: c.experts, CountField: "n_routed_experts", Intermediate: c.moeIntermediate}
+	detect := func(i int32) error { return c.stored.Detect(m, i) }
 	if err := m.EveryLayer(detect, kindMoE); err != nil {
 		return err
 	}
@@ -157,11 +153,7 @@ func (b *moe) Declare(l *decoder.Layer) {
 	b.router = blocks.Router{Kind: blocks.SigmoidGrouped, Experts: b.config.experts, TopK: b.topK, Normalize: b.normTopK,
 		Weight: l.Weight("mlp.gate.weight", e, h), CorrectionBias: l.Weight("mlp.gate.e_score_correction_bias", e),
 		Groups: b.groups, TopKGroups: b.topKGroups, Scale: b.scale}
-	stacked := func(name string, part expertPart) fn.Value {
-		return l.Computed(name, func(i int32) weight.Expr { return b.layouts[i].stacked(b.config, l.Model, i, part) })
-	}
-	b.run = blocks.Experts{Gate: stacked("mlp.experts.gate", gatePart), Up: stacked("mlp.experts.up", upPart),
-		Down: stacked("mlp.experts.down", downPart)}
+	b.run.Gate, b.run.Up, b.run.Down = b.stored.Declare(l)
 	if b.config.shared > 0 {
 		b.shared = &decoder.SwiGLU{Name: "mlp.shared_experts", Width: b.moeIntermediate * b.config.shared}
 		b.shared.Declare(l)

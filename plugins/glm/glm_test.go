@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -25,8 +26,8 @@ func tinyModel(t *testing.T, edit func(map[string]any)) *pb.Model {
 	t.Helper()
 	var seeds []*pb.TensorInfo
 	for l := 0; l < 3; l++ {
-		seeds = append(seeds, &pb.TensorInfo{Key: layerKey(int32(l), expertName(0, "gate_proj"))},
-			&pb.TensorInfo{Key: layerKey(int32(l), expertName(11, "gate_proj"))})
+		seeds = append(seeds, &pb.TensorInfo{Key: layerKey(int32(l), decoder.ExpertName(0, "gate_proj"))},
+			&pb.TensorInfo{Key: layerKey(int32(l), decoder.ExpertName(11, "gate_proj"))})
 	}
 	return plugintest.Edited(t, plugin, tinyConfig, edit, "BF16", seeds...)
 }
@@ -39,8 +40,8 @@ func withMTP(t *testing.T, own bool, edit func(map[string]any)) *pb.Model {
 	four := plugintest.Config(t, tinyConfig, func(m map[string]any) { m["num_hidden_layers"] = 4; m["num_nextn_predict_layers"] = 0 })
 	var seeds []sdk.ExpectedTensor
 	for l := 1; l < 4; l++ {
-		seeds = append(seeds, sdk.ExpectedTensor{Key: layerKey(int32(l), expertName(0, "gate_proj"))},
-			sdk.ExpectedTensor{Key: layerKey(int32(l), expertName(11, "gate_proj"))})
+		seeds = append(seeds, sdk.ExpectedTensor{Key: layerKey(int32(l), decoder.ExpertName(0, "gate_proj"))},
+			sdk.ExpectedTensor{Key: layerKey(int32(l), decoder.ExpertName(11, "gate_proj"))})
 	}
 	expected, err := plugin.ExpectedTensors(plugintest.FromTensors(four, seeds, "BF16"))
 	if err != nil {
@@ -219,7 +220,7 @@ func TestMTPDetection(t *testing.T) {
 			}
 			if tc.layout == mtpInlined {
 				keys := plan.GetMtp().GetKeys()
-				if !slices.Contains(keys, layerKey(3, "eh_proj.weight")) || !slices.Contains(keys, layerKey(3, expertName(11, "down_proj"))) ||
+				if !slices.Contains(keys, layerKey(3, "eh_proj.weight")) || !slices.Contains(keys, layerKey(3, decoder.ExpertName(11, "down_proj"))) ||
 					slices.ContainsFunc(keys, func(k string) bool { return !strings.HasPrefix(k, "model.layers.3.") }) {
 					t.Errorf("MTP keys %d, want every model.layers.3.* key", len(keys))
 				}
@@ -271,7 +272,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 			if !slices.Equal(bound["shared_head.head.weight"], []string{wantHead}) || !slices.Equal(bound["embed_tokens.weight"], []string{wantEmbed}) {
 				t.Errorf("head %v, embedding %v; want %s, %s", bound["shared_head.head.weight"], bound["embed_tokens.weight"], wantHead, wantEmbed)
 			}
-			if got := bound["mlp.experts.down"]; len(got) != 12 || got[11] != layerKey(3, expertName(11, "down_proj")) {
+			if got := bound["mlp.experts.down"]; len(got) != 12 || got[11] != layerKey(3, decoder.ExpertName(11, "down_proj")) {
 				t.Errorf("draft experts read %v", got)
 			}
 		})

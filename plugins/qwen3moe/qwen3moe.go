@@ -8,7 +8,6 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
-	"github.com/strata-llm/strata/sdk/weight"
 )
 
 const (
@@ -33,7 +32,7 @@ type config struct {
 	experts, topK, moeIntermediate, sparseStep int
 	mlpOnly                                    []int
 	normTopK                                   bool
-	layouts                                    map[int32]expertLayout // per MoE layer, found from the keys
+	stored                                     *decoder.StoredExperts // per-expert or fused, per MoE layer
 }
 
 func load(m *decoder.Model) error {
@@ -58,11 +57,8 @@ func load(m *decoder.Model) error {
 		return fmt.Errorf("config.json: moe_intermediate_size must be positive, got %d", c.moeIntermediate)
 	}
 	m.KindOf = c.kind
-	c.layouts = map[int32]expertLayout{}
-	if err := m.EveryLayer(func(i int32) (err error) {
-		c.layouts[i], err = c.detectLayout(m, i)
-		return err
-	}, kindMoE); err != nil {
+	c.stored = &decoder.StoredExperts{Count: c.experts, CountField: "num_experts", Intermediate: c.moeIntermediate}
+	if err := m.EveryLayer(func(i int32) error { return c.stored.Detect(m, i) }, kindMoE); err != nil {
 		return err
 	}
 	attention := func() *decoder.Attention { return &decoder.Attention{QKNorm: true} }
@@ -95,11 +91,7 @@ type moe struct {
 func (b *moe) Declare(l *decoder.Layer) {
 	b.router = blocks.Router{Kind: blocks.SoftmaxTopK, Experts: b.config.experts, TopK: b.topK, Normalize: b.normTopK,
 		Weight: l.Weight("mlp.gate.weight", int64(b.config.experts), int64(l.Model.Hidden))}
-	stacked := func(name string, part expertPart) fn.Value {
-		return l.Computed(name, func(i int32) weight.Expr { return b.layouts[i].stacked(b.config, l.Model, i, part) })
-	}
-	b.run = blocks.Experts{Gate: stacked("mlp.experts.gate", gatePart), Up: stacked("mlp.experts.up", upPart),
-		Down: stacked("mlp.experts.down", downPart)}
+	b.run.Gate, b.run.Up, b.run.Down = b.stored.Declare(l)
 }
 
 func (b *moe) Apply(l *decoder.Layer, f *fn.Func, x fn.Value) (fn.Value, error) {

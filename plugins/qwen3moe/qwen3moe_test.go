@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -22,13 +23,13 @@ const tinyConfig = `{"model_type": "qwen3_moe", "hidden_size": 64, "intermediate
 
 // tinyModel is a config, edited by edit, with the tensors it implies in the
 // given expert layout.
-func tinyModel(t *testing.T, layout expertLayout, edit func(map[string]any)) *pb.Model {
+func tinyModel(t *testing.T, layout decoder.ExpertLayout, edit func(map[string]any)) *pb.Model {
 	t.Helper()
 	var seeds []*pb.TensorInfo // what tells the layouts apart
 	for l := range 4 {
 		key := func(name string) string { return fmt.Sprintf("model.layers.%d.%s", l, name) }
-		if layout == perExpert {
-			seeds = append(seeds, &pb.TensorInfo{Key: key(expertName(0, "gate_proj"))}, &pb.TensorInfo{Key: key(expertName(11, "gate_proj"))})
+		if layout == decoder.PerExpert {
+			seeds = append(seeds, &pb.TensorInfo{Key: key(decoder.ExpertName(0, "gate_proj"))}, &pb.TensorInfo{Key: key(decoder.ExpertName(11, "gate_proj"))})
 		} else {
 			seeds = append(seeds, &pb.TensorInfo{Key: key("mlp.experts.gate_up_proj"), Shape: []int64{12, 64, 64}})
 		}
@@ -53,7 +54,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, perExpert, tc.edit)})
+			resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: tinyModel(t, decoder.PerExpert, tc.edit)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,25 +70,25 @@ func TestExpertLayouts(t *testing.T) {
 		model func(t *testing.T) *pb.Model
 		want  string // error, or "" for supported
 	}{
-		"per-expert": {func(t *testing.T) *pb.Model { return tinyModel(t, perExpert, nil) }, ""},
-		"fused":      {func(t *testing.T) *pb.Model { return tinyModel(t, fusedRows, nil) }, ""},
+		"per-expert": {func(t *testing.T) *pb.Model { return tinyModel(t, decoder.PerExpert, nil) }, ""},
+		"fused":      {func(t *testing.T) *pb.Model { return tinyModel(t, decoder.FusedRows, nil) }, ""},
 		"experts missing": {func(t *testing.T) *pb.Model {
-			m := tinyModel(t, perExpert, nil)
+			m := tinyModel(t, decoder.PerExpert, nil)
 			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return strings.Contains(ti.Key, "layers.3.mlp.experts") })
 			return m
 		}, "layer 3 is a MoE layer but holds neither per-expert tensors"},
 		"one expert missing": {func(t *testing.T) *pb.Model {
-			m := tinyModel(t, perExpert, nil)
-			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(1, expertName(11, "down_proj")) })
+			m := tinyModel(t, decoder.PerExpert, nil)
+			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(1, decoder.ExpertName(11, "down_proj")) })
 			return m
 		}, "model.layers.1.mlp.experts.11.down_proj.weight"},
 		"expert count the tensors cannot back": {func(t *testing.T) *pb.Model {
-			m := tinyModel(t, perExpert, nil)
+			m := tinyModel(t, decoder.PerExpert, nil)
 			m.ConfigJson = plugintest.Config(t, tinyConfig, func(c map[string]any) { c["num_local_experts"] = 1_000_000_000 })
 			return m
 		}, "num_experts is 1000000000, but layer 1 has no tensor model.layers.1.mlp.experts.999999999.gate_proj.weight"},
 		"fused misshapen": {func(t *testing.T) *pb.Model {
-			m := tinyModel(t, fusedRows, nil)
+			m := tinyModel(t, decoder.FusedRows, nil)
 			for _, ti := range m.Tensors {
 				if ti.Key == layerKey(1, "mlp.experts.gate_up_proj") {
 					ti.Shape = []int64{12, 32, 64} // gate only
@@ -130,7 +131,7 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, tc.edit)})
+			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, decoder.PerExpert, tc.edit)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +162,7 @@ func TestPluginOptions(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, perExpert, nil),
+			_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, decoder.PerExpert, nil),
 				Options: &pb.ExportOptions{PluginOptions: tc.opts}})
 			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("error %v, want %q", err, tc.want)
@@ -174,7 +175,7 @@ func TestPluginOptions(t *testing.T) {
 // bound to tensors the checkpoint holds, in both layouts; the experts are
 // stacked in numeric order (expert 10 after 9, not after 1).
 func TestBuildBindsEveryWeight(t *testing.T) {
-	for _, layout := range []expertLayout{perExpert, fusedRows} {
+	for _, layout := range []decoder.ExpertLayout{decoder.PerExpert, decoder.FusedRows} {
 		t.Run(fmt.Sprint("layout ", layout), func(t *testing.T) {
 			parts := plugintest.RequireBound(t, plugin, tinyModel(t, layout, nil),
 				&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
@@ -183,10 +184,10 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 				&pb.BuildRequest{Part: sdk.PartFinal})
 			down := parts[3][3]["mlp.experts.down"]
 			want := []string{layerKey(3, "mlp.experts.down_proj")}
-			if layout == perExpert {
+			if layout == decoder.PerExpert {
 				want = nil
 				for e := range 12 {
-					want = append(want, layerKey(3, expertName(e, "down_proj")))
+					want = append(want, layerKey(3, decoder.ExpertName(e, "down_proj")))
 				}
 			}
 			if !slices.Equal(down, want) {
@@ -208,7 +209,7 @@ func TestBuildRefusesWrongKind(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: tinyModel(t, perExpert, nil),
+			_, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: tinyModel(t, decoder.PerExpert, nil),
 				Part: sdk.PartLayer, Kind: tc.kind, Layers: tc.layers})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)

@@ -1,0 +1,100 @@
+package decoder
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/weight"
+)
+
+// Gated experts as MoE checkpoints store them under mlp.experts.: one set
+// of tensors per expert (the Hub releases of Qwen3-MoE, GLM-4.x, DeepSeek)
+// or fused (what transformers 5 holds in memory and some re-saves write).
+// Which one a layer uses is found from its keys: re-saves differ from the
+// release, so model_type does not tell.
+
+// ExpertLayout is how a layer's experts are stored.
+type ExpertLayout int
+
+const (
+	// PerExpert: mlp.experts.<e>.{gate,up}_proj.weight [I,H], down_proj.weight [H,I].
+	PerExpert ExpertLayout = iota + 1
+	// FusedRows: mlp.experts.gate_up_proj [E,2I,H] (gate rows first),
+	// mlp.experts.down_proj [E,H,I]. (Qwen3-VL-MoE's [E,H,2I] is another
+	// orientation, refused by the shape check.)
+	FusedRows
+)
+
+// StoredExperts are a model's routed experts: how many (and the config
+// field that says so, for errors), their width, and each MoE layer's
+// layout once Detect found it.
+type StoredExperts struct {
+	Count        int
+	CountField   string // e.g. num_experts, n_routed_experts
+	Intermediate int    // moe_intermediate_size
+	Layouts      map[int32]ExpertLayout
+}
+
+// ExpertName is expert e's projection proj under a layer: mlp.experts.<e>.<proj>.weight.
+func ExpertName(e int, proj string) string { return fmt.Sprintf("mlp.experts.%d.%s.weight", e, proj) }
+
+// Detect finds layer l's layout from its keys. A count the tensors cannot
+// back is refused from one key (the last expert's), not by listing them.
+func (s *StoredExperts) Detect(m *Model, l int32) error {
+	first, last := ExpertName(0, "gate_proj"), ExpertName(s.Count-1, "gate_proj")
+	if s.Layouts == nil {
+		s.Layouts = map[int32]ExpertLayout{}
+	}
+	if m.HasLayerTensor(l, first) {
+		if !m.HasLayerTensor(l, last) {
+			return fmt.Errorf("%s: %s is %d, but layer %d has no tensor %s", m.Config.Path(), s.CountField, s.Count, l, m.LayerKey(l, last))
+		}
+		s.Layouts[l] = PerExpert
+		return nil
+	}
+	t, ok := m.LayerTensor(l, "mlp.experts.gate_up_proj")
+	if !ok {
+		return fmt.Errorf("layer %d is a MoE layer but holds neither per-expert tensors (%s) nor fused ones (%s)",
+			l, m.LayerKey(l, first), m.LayerKey(l, "mlp.experts.gate_up_proj"))
+	}
+	want := []int64{int64(s.Count), 2 * int64(s.Intermediate), int64(m.Hidden)}
+	if !slices.Equal(t.Shape, want) {
+		return fmt.Errorf("tensor %s has shape %v; config.json implies %v (experts, 2×moe_intermediate_size, hidden_size)",
+			m.LayerKey(l, "mlp.experts.gate_up_proj"), t.Shape, want)
+	}
+	s.Layouts[l] = FusedRows
+	return nil
+}
+
+// Declare declares the stacked experts of a MoE layer as the second matmul
+// operand, gate and up [E,H,I], down [E,I,H], each layer bound from its
+// own layout (formal inputs mlp.experts.gate, .up, .down).
+func (s *StoredExperts) Declare(l *Layer) (gate, up, down fn.Value) {
+	stacked := func(name string, part int) fn.Value {
+		return l.Computed(name, func(i int32) weight.Expr { return s.stacked(l.Model, i, part) })
+	}
+	return stacked("mlp.experts.gate", 0), stacked("mlp.experts.up", 1), stacked("mlp.experts.down", 2)
+}
+
+// stacked is layer l's part (0 gate, 1 up, 2 down) as one expression.
+func (s *StoredExperts) stacked(m *Model, l int32, part int) weight.Expr {
+	e, h, i := int64(s.Count), int64(m.Hidden), int64(s.Intermediate)
+	if s.Layouts[l] == PerExpert {
+		proj, shape := [...]string{"gate_proj", "up_proj", "down_proj"}[part], []int64{i, h}
+		if part == 2 {
+			shape = []int64{h, i}
+		}
+		ws := make([]weight.Expr, s.Count)
+		for x := range ws { // numeric order: expert 10 after 9
+			ws[x] = weight.Tensor(m.LayerKey(l, ExpertName(x, proj)), shape...)
+		}
+		return weight.Transpose(weight.Stack(0, ws...), 0, 2, 1)
+	}
+	if part == 2 {
+		return weight.Transpose(weight.Tensor(m.LayerKey(l, "mlp.experts.down_proj"), e, h, i), 0, 2, 1)
+	}
+	fused := weight.Tensor(m.LayerKey(l, "mlp.experts.gate_up_proj"), e, 2*i, h)
+	start := int64(part) * i // gate rows, then up rows
+	return weight.Transpose(weight.Slice(fused, 1, start, start+i, 1), 0, 2, 1)
+}
