@@ -35,7 +35,8 @@ func pluginMTP(c *cli.Context, dir string) []convert.MTPDescription {
 		return nil
 	}
 	plan, err := p.Plan(c.Context, &pb.PlanRequest{Model: model})
-	if err != nil || plan.GetMtp().GetConvention() == "" {
+	// A separate file is found by convert itself, which sees file names.
+	if err != nil || plan.GetMtp().GetConvention() == "" || plan.GetMtp().GetConvention() == convert.MTPSeparateFile {
 		return nil
 	}
 	d := mtpDescription(plan.GetMtp())

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -153,7 +154,46 @@ func (c *Checkpoint) readShards() error {
 		}
 	}
 	sort.Strings(c.keys)
-	return c.checkIndex(index)
+	if err := c.checkIndex(index); err != nil {
+		return err
+	}
+	return c.readUnindexed(names)
+}
+
+// readUnindexed adds the tensors of the safetensors files beside the index
+// (or beside model.safetensors) that it does not name: some releases keep their MTP layer in a standalone
+// mtp.safetensors the index leaves out (GLM-4.7 repacks, Qwen3.5 FP8), and
+// a plugin must see those tensors to find it. A key an indexed shard holds
+// stays theirs (a consolidated copy beside the shards adds nothing).
+func (c *Checkpoint) readUnindexed(named []string) error {
+	entries, err := os.ReadDir(c.Dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", c.Dir, err)
+	}
+	added := false
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".safetensors") || strings.HasPrefix(name, ".") || slices.Contains(named, name) {
+			continue
+		}
+		sh, err := readShard(c.path(name), name, &c.BytesRead)
+		if err != nil {
+			return inFile(c.path(name), fmt.Errorf("a safetensors file the index does not name, read for tensors it may hold (an MTP layer): %w", err))
+		}
+		sh.Tensors = slices.DeleteFunc(sh.Tensors, func(t Tensor) bool { _, indexed := c.tensors[t.Key]; return indexed })
+		if len(sh.Tensors) == 0 {
+			continue
+		}
+		sh.Unindexed = true
+		if err := c.add(sh); err != nil {
+			return err
+		}
+		added = true
+	}
+	if added {
+		sort.Strings(c.keys)
+	}
+	return nil
 }
 
 // shardNames lists the safetensors files to read: those the index names, or

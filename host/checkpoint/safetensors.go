@@ -46,6 +46,9 @@ type Shard struct {
 	Size        int64
 	HeaderBytes int64 // 8 + the JSON header length: where tensor data starts
 	Tensors     []Tensor
+	// Unindexed: a safetensors file beside the index that the index does
+	// not name (a standalone mtp.safetensors).
+	Unindexed bool
 }
 
 // headerEntry is one tensor entry of a safetensors JSON header.

@@ -47,6 +47,9 @@ func openInventory(dir string) (*inventory, error) {
 	}
 	indexed := map[string]bool{}
 	for _, sh := range ck.Shards {
+		if sh.Unindexed { // read below as a separate file, with its own checks
+			continue
+		}
 		indexed[sh.Name] = true
 		path, err := regularFile(sh.Path)
 		if err != nil {

@@ -350,7 +350,8 @@ func inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 	out := make([]*pb.TensorInfo, len(keys))
 	for i, k := range keys {
 		t, _ := ckpt.Tensor(k)
-		out[i] = &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape}
+		sh, _ := ckpt.Shard(t.Shard)
+		out[i] = &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed}
 	}
 	return out
 }

@@ -27,7 +27,7 @@ const (
 var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "glm4_moe", HFArchitectures: []string{"Glm4MoeForCausalLM"}, Name: "Glm4Moe",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"},
-		MtpConventions: []string{mtpInlined, mtpIndexed}, Models: []string{modelMTP}},
+		MtpConventions: []string{mtpInlined, mtpIndexed, mtpSeparateFile}, Models: []string{modelMTP}},
 	Options: []*pb.PluginOption{
 		{Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
 			Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"},

@@ -20,9 +20,10 @@ const (
 	mtpInlined = "inlined"
 	// mtpIndexed: top-level mtp.* keys listed in the index.
 	mtpIndexed = "indexed"
-	// A standalone mtp.safetensors the index does not list ("separate-file",
-	// some GLM-4.7 repacks) cannot be seen here: the host sends the indexed
-	// inventory only.
+	// mtpSeparateFile: the inlined layer's keys in a standalone
+	// mtp.safetensors the index does not name (some GLM-4.7 repacks); the
+	// host marks such tensors unindexed.
+	mtpSeparateFile = "separate-file"
 )
 
 // mtpInfo is what Load found of the MTP layers, and whether the draft is
@@ -97,13 +98,16 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 			}
 		}
 		slices.Sort(info.layout.Keys)
+		if m.Inventory[info.layout.Keys[0]].GetUnindexed() { // a file the index does not name
+			info.layout.Convention = mtpSeparateFile
+		}
 	} else if len(indexed) > 0 {
 		info.layout = &pb.MTPLayout{Convention: mtpIndexed, Keys: indexed}
 	}
 	switch {
 	case info.layout == nil && n > 0 && info.draft:
 		return info, fmt.Errorf("--mtp draft: config.json declares %d MTP layer(s) (num_nextn_predict_layers) at %s, but the checkpoint holds none of their tensors "+
-			"(nor mtp.* keys); a standalone mtp.safetensors the index does not list is not visible to plugins (the host sends the indexed tensors only)",
+			"(nor mtp.* keys, nor a standalone mtp.safetensors holding them)",
 			n, span(missing))
 	case info.layout == nil && info.draft:
 		return info, fmt.Errorf("--mtp draft: the checkpoint has no MTP layer (num_nextn_predict_layers is %d)", n)

@@ -443,8 +443,11 @@ type TensorInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// safetensors dtype name: F32, BF16, F16, F8_E4M3, U8, ...
-	Dtype         string  `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
-	Shape         []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	Dtype string  `protobuf:"bytes,2,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Shape []int64 `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	// The tensor lies in a safetensors file the checkpoint's index (or its
+	// single model.safetensors) does not name: a standalone mtp.safetensors.
+	Unindexed     bool `protobuf:"varint,4,opt,name=unindexed,proto3" json:"unindexed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -498,6 +501,13 @@ func (x *TensorInfo) GetShape() []int64 {
 		return x.Shape
 	}
 	return nil
+}
+
+func (x *TensorInfo) GetUnindexed() bool {
+	if x != nil {
+		return x.Unindexed
+	}
+	return false
 }
 
 type CheckRequest struct {
@@ -1766,12 +1776,13 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x05Model\x12\x1f\n" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\x126\n" +
-	"\atensors\x18\x02 \x03(\v2\x1c.strata.plugin.v1.TensorInfoR\atensors\"J\n" +
+	"\atensors\x18\x02 \x03(\v2\x1c.strata.plugin.v1.TensorInfoR\atensors\"h\n" +
 	"\n" +
 	"TensorInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12\x14\n" +
-	"\x05shape\x18\x03 \x03(\x03R\x05shape\"=\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x1c\n" +
+	"\tunindexed\x18\x04 \x01(\bR\tunindexed\"=\n" +
 	"\fCheckRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\"x\n" +
 	"\rCheckResponse\x12\x1c\n" +
