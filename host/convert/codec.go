@@ -6,6 +6,9 @@ import (
 	"slices"
 
 	"github.com/x448/float16"
+
+	"github.com/strata-llm/strata/host/weights/transform"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 // Element codecs: safetensors float types to and from float32, and E4M3.
@@ -172,34 +175,10 @@ func e4m3Ref(x float32) uint8 {
 // absf is |x| without leaving float32.
 func absf(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
-var e4m3Values, e5m2Values = func() (a, b [256]float32) {
-	for i := range 256 {
-		a[i] = minifloat(uint8(i), 4, 3, 7, false)
-		b[i] = minifloat(uint8(i), 5, 2, 15, true)
-	}
-	return
-}()
-
-func minifloat(b uint8, expBits, manBits, bias int, ieee bool) float32 {
-	sign := 1.0
-	if b&0x80 != 0 {
-		sign = -1
-	}
-	exp := int(b>>manBits) & (1<<expBits - 1)
-	man := int(b) & (1<<manBits - 1)
-	top := 1<<expBits - 1
-	switch {
-	case ieee && exp == top && man == 0:
-		return float32(math.Inf(int(sign)))
-	case ieee && exp == top, !ieee && exp == top && man == 1<<manBits-1:
-		return float32(math.NaN())
-	case exp == 0:
-		return float32(sign * math.Ldexp(float64(man), 1-bias-manBits))
-	default:
-		return float32(sign * math.Ldexp(float64(man|1<<manBits), exp-bias-manBits))
-	}
-}
-
-// fp4Values is the E2M1 code table (bit 3 is the sign), as gpt-oss and
-// transformers define it; the low nibble is the even element.
-var fp4Values = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
+// The FP8 and E2M1 decode tables are the transform package's: a source
+// dequantised here gives the bits --weights materialize gives.
+var (
+	e4m3Values = transform.FP8Values(onnxpb.TensorProto_FLOAT8E4M3FN)
+	e5m2Values = transform.FP8Values(onnxpb.TensorProto_FLOAT8E5M2)
+	fp4Values  = transform.FP4Values()
+)

@@ -152,3 +152,10 @@ func bfloat16(x float32) uint16 {
 	bits += 0x7fff + (bits>>16)&1
 	return uint16(bits >> 16)
 }
+
+// FP8Values is the float32 value of every byte of FP8 format t (E4M3FN,
+// E5M2, E8M0), NaNs included: the table strata convert decodes with too.
+func FP8Values(t dtype.DType) [256]float32 { return fp8Values(t) }
+
+// FP4Values is the E2M1 code table (bit 3 is the sign).
+func FP4Values() [16]float32 { return fp4Values }
