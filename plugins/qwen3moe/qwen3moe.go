@@ -95,14 +95,5 @@ func (b *moe) Declare(l *decoder.Layer) {
 }
 
 func (b *moe) Apply(l *decoder.Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
-	tokens := f.Reshape(x, -1, int64(l.Model.Hidden)) // [T,H]
-	w, idx, err := b.router.Route(f.Scope("router"), tokens)
-	if err != nil {
-		return "", err
-	}
-	y, err := b.run.Apply(f.Scope("experts"), b.strategy, tokens, w, idx, b.config.experts)
-	if err != nil {
-		return "", err
-	}
-	return f.Op("Reshape", []fn.Value{y, f.Shape(x)}), nil
+	return decoder.RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
 }

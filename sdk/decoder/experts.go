@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/fn"
 	"github.com/strata-llm/strata/sdk/weight"
 )
@@ -97,4 +98,20 @@ func (s *StoredExperts) stacked(m *Model, l int32, part int) weight.Expr {
 	fused := weight.Tensor(m.LayerKey(l, "mlp.experts.gate_up_proj"), e, 2*i, h)
 	start := int64(part) * i // gate rows, then up rows
 	return weight.Transpose(weight.Slice(fused, 1, start, start+i, 1), 0, 2, 1)
+}
+
+// RoutedExperts runs a MoE MLP on x [B,S,H]: tokens flattened, routed (the
+// router's nodes under routerScope), the chosen experts run by strategy,
+// the result shaped back like x.
+func RoutedExperts(f *fn.Func, x fn.Value, hidden int, router blocks.Router, routerScope string, experts blocks.Experts, strategy string) (fn.Value, error) {
+	tokens := f.Reshape(x, -1, int64(hidden)) // [T,H]
+	w, idx, err := router.Route(f.Scope(routerScope), tokens)
+	if err != nil {
+		return "", err
+	}
+	y, err := experts.Apply(f.Scope("experts"), strategy, tokens, w, idx, router.Experts)
+	if err != nil {
+		return "", err
+	}
+	return f.Op("Reshape", []fn.Value{y, f.Shape(x)}), nil
 }
