@@ -17,9 +17,10 @@ func convertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "convert",
 		Usage:     "re-write a checkpoint one decoder layer at a time (dtype change, FP8/MXFP4 dequantisation, FP8 quantisation), MTP weights carried whole",
-		ArgsUsage: "MODEL_DIR",
+		ArgsUsage: "MODEL",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (new, empty, or this same conversion, which is resumed)"},
+			revisionFlag(),
 			&cli.StringFlag{Name: "dtype", Usage: "write float tensors as bfloat16, float16 or float32, dequantising FP8 and MXFP4 sources (default: as stored)"},
 			&cli.StringFlag{Name: "quantize", Value: convert.QuantNone, Usage: "none, fp8-block (E4M3 + weight_scale_inv per 128×128 block: transformers' FineGrainedFP8) or fp8-dynamic (compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations)"},
 			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
@@ -27,10 +28,15 @@ func convertCommand() *cli.Command {
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
 		},
 		Action: func(c *cli.Context) error {
-			dir, err := oneArg(c, "MODEL_DIR")
+			model, err := oneArg(c, "MODEL")
 			if err != nil {
 				return err
 			}
+			loc, err := locateModel(c, model) // a directory, a Hugging Face cache repository or hub id
+			if err != nil {
+				return err
+			}
+			dir := loc.Dir
 			opts := convert.Options{
 				DType:    c.String("dtype"),
 				Quantize: c.String("quantize"),

@@ -107,7 +107,7 @@ func TestHuggingFaceCacheModels(t *testing.T) {
 }
 
 // An export from the cache names the checkpoint by hub id and commit, and
-// compile resolves a hub id too.
+// compile and convert resolve a hub id too.
 func TestExportFromHuggingFaceCache(t *testing.T) {
 	cache, _, second := hfCacheRepo(t)
 	t.Setenv("HF_HUB_CACHE", cache)
@@ -127,5 +127,10 @@ func TestExportFromHuggingFaceCache(t *testing.T) {
 	code, _, errOut = strata(t, "compile", "org/tiny-llama", "--out", comp, "--link", "copy", "--dry-run", "--plugin-dir", llamaDir)
 	if code != 0 || !fileExists(filepath.Join(comp, "export", "model.onnx")) {
 		t.Fatalf("compile of a hub id: exit %d: %s", code, errOut)
+	}
+	conv := filepath.Join(t.TempDir(), "v")
+	code, _, errOut = strata(t, "convert", "org/tiny-llama", "--out", conv, "--plugin-dir", llamaDir)
+	if code != 0 || !fileExists(filepath.Join(conv, "model.safetensors.index.json")) {
+		t.Fatalf("convert of a hub id: exit %d: %s", code, errOut)
 	}
 }
