@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/strata-llm/strata/host/convert"
 	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/internal/testbin"
 )
@@ -357,6 +358,96 @@ func catalogue() []catalogueCase {
 		must(t, os.MkdirAll(src, 0o755))
 		must(t, os.WriteFile(filepath.Join(src, "pytorch_model.bin"), negativeShapeBin(t), 0o644))
 		return scene{args: []string{"convert-bin", src, "--out", filepath.Join(root, "out")}, out: filepath.Join(root, "out")}
+	}})
+	// 4. convert: one layer at a time into a directory of its own.
+	convertScene := func(src, out, plugins string, flags ...string) scene {
+		return scene{args: append([]string{"convert", src, "--out", out, "--plugin-dir", plugins}, flags...), out: out}
+	}
+	earlierConvert := func(t *testing.T, src, out, plugins string) {
+		t.Helper()
+		if code, _, errOut := strata(t, convertScene(src, out, plugins, "--dtype", "float32").args...); code != 0 {
+			t.Fatalf("the earlier convert failed: %s", errOut)
+		}
+	}
+	add(catalogueCase{name: "convert --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
+		return convertScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
+	}})
+	add(catalogueCase{name: "convert --out the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		return convertScene(src, src, plugins)
+	}})
+	add(catalogueCase{name: "convert --out holding the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+		return convertScene(tiny(t, filepath.Join(root, "parent", "weights")), filepath.Join(root, "parent"), plugins)
+	}})
+	add(catalogueCase{name: "convert --out an export", want: "strata export", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		earlier(t, src, filepath.Join(root, "exp"), plugins)
+		return convertScene(src, filepath.Join(root, "exp"), plugins)
+	}})
+	add(catalogueCase{name: "export into a convert output", want: "strata convert", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		earlierConvert(t, src, filepath.Join(root, "conv"), plugins)
+		return exportScene(src, filepath.Join(root, "conv"), plugins)
+	}})
+	for _, name := range []string{"model-layer-00000.safetensors", "model-tail.safetensors", "model.safetensors.index.json", "config.json", "convert-report.json", "tokenizer.json", "convert-manifest/run.json", "convert-manifest/layer-00000.json"} {
+		add(catalogueCase{name: "convert: foreign " + name + " in --out", want: strings.Split(name, "/")[0], setup: func(t *testing.T, root, plugins string) scene {
+			out := filepath.Join(root, "out")
+			put(t, filepath.Join(out, name), "{}")
+			return convertScene(tiny(t, filepath.Join(root, "src")), out, plugins)
+		}})
+	}
+	add(catalogueCase{name: "convert: earlier conversion's convert-manifest/ is a symlink to the source", want: "convert-manifest", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlierConvert(t, src, out, plugins)
+		must(t, os.RemoveAll(filepath.Join(out, "convert-manifest")))
+		must(t, os.Symlink(src, filepath.Join(out, "convert-manifest")))
+		return convertScene(src, out, plugins, "--dtype", "float32")
+	}})
+	add(catalogueCase{name: "convert: earlier conversion's layer shard replaced by a symlink to the source", want: "model-layer-00000.safetensors", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlierConvert(t, src, out, plugins)
+		shard := filepath.Join(out, "model-layer-00000.safetensors")
+		must(t, os.Remove(shard))
+		must(t, os.Symlink(filepath.Join(src, "model.safetensors"), shard))
+		return convertScene(src, out, plugins, "--dtype", "float32")
+	}})
+	add(catalogueCase{name: "convert: a FIFO as the shard", want: "named pipe", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		must(t, os.Remove(filepath.Join(src, "model.safetensors")))
+		must(t, syscall.Mkfifo(filepath.Join(src, "model.safetensors"), 0o644))
+		return convertScene(src, filepath.Join(root, "out"), plugins)
+	}})
+	add(catalogueCase{name: "convert: Hugging Face cache layout", setup: func(t *testing.T, root, plugins string) scene {
+		out := filepath.Join(root, "out")
+		s := convertScene(hfCache(t, root), out, plugins, "--dtype", "bfloat16")
+		s.check = func(t *testing.T) {
+			info, err := os.Stat(filepath.Join(out, "model-layer-00000.safetensors"))
+			if err != nil || !info.Mode().IsRegular() || info.Mode().Perm()&0o044 != 0o044 {
+				t.Errorf("converted shard: %v %v", err, info)
+			}
+			mustExist(t, filepath.Join(out, convert.IndexFile))
+		}
+		return s
+	}})
+	add(catalogueCase{name: "convert re-run over its own conversion", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlierConvert(t, src, out, plugins)
+		must(t, os.Remove(filepath.Join(out, "model-layer-00001.safetensors")))
+		s := convertScene(src, out, plugins, "--dtype", "float32")
+		s.check = func(t *testing.T) { mustExist(t, filepath.Join(out, "model-layer-00001.safetensors")) }
+		return s
+	}})
+	add(catalogueCase{name: "a convert into a directory another convert is writing (other layers)", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		d, err := outdir.Open(context.Background(), out, outdir.Options{Tool: "convert", Shared: true})
+		must(t, err)
+		s := convertScene(src, out, plugins, "--layers", "0-0")
+		s.release = func() { d.Close() }
+		return s
 	}})
 	add(catalogueCase{name: "compile: a FIFO as model.onnx", want: "named pipe", outMayChange: true, setup: func(t *testing.T, root, plugins string) scene {
 		exp := filepath.Join(root, "export")

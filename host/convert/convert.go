@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/outdir"
 )
 
 // Output file names.
@@ -140,10 +140,11 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	o, err := prepareOut(inv.dir, out, p)
+	o, err := prepareOut(ctx, inv, out, p)
 	if err != nil {
 		return nil, err
 	}
+	defer o.d.Close()
 	res.Out = o.dir
 	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
 		// A whole run writes the tail (embeddings and head: often the
@@ -228,7 +229,8 @@ func compactRange(xs []int) string {
 
 // outDir is the output directory of a run.
 type outDir struct {
-	dir string
+	d   *outdir.Dir
+	dir string // absolute, for messages
 	p   *plan
 	run runInfo
 }
@@ -259,9 +261,13 @@ func (p *plan) runInfo() runInfo {
 		DType: p.opts.DType, Quantize: p.opts.Quantize, Layers: p.layers, MTP: p.mtp.Descriptions}
 }
 
-// prepareOut checks that out may receive this conversion: new, empty, or
-// holding this very conversion (same fingerprint), and never the source.
-func prepareOut(srcDir, out string, p *plan) (*outDir, error) {
+// prepareOut opens out for this conversion: new, empty, or holding this
+// very conversion (same fingerprint), never the source. The directory is
+// strata's (host/outdir): only files a conversion wrote there are replaced
+// or deleted, nothing inside is reached through a link, and it is opened
+// shared, so that runs of disjoint --layers (on machines sharing the file
+// system, too) write into it at once.
+func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *outDir, err error) {
 	dir, err := filepath.Abs(out)
 	if err != nil {
 		return nil, err
@@ -269,57 +275,33 @@ func prepareOut(srcDir, out string, p *plan) (*outDir, error) {
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	if within(dir, srcDir) || within(srcDir, dir) {
-		return nil, fmt.Errorf("--out %s and the source %s overlap: the output must be a directory outside the source checkpoint (the source is never written)", out, srcDir)
+	if within(dir, inv.dir) || within(inv.dir, dir) {
+		return nil, fmt.Errorf("--out %s and the source %s overlap: the output must be a directory outside the source checkpoint (the source is never written)", out, inv.dir)
 	}
-	o := &outDir{dir: dir, p: p, run: p.runInfo()}
-	info, err := os.Lstat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating --out %s: %w", out, err)
-		}
-	case err != nil:
+	d, err := outdir.Open(ctx, out, outdir.Options{Tool: "convert", Shared: true, Sources: inv.sources()})
+	if err != nil {
 		return nil, err
-	case !info.IsDir():
-		return nil, fmt.Errorf("--out %s exists and is not a directory", out)
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	o := &outDir{d: d, dir: d.Abs(), p: p, run: p.runInfo()}
+	runRel := ManifestDir + "/" + runFile
+	if !d.Owned(runRel) {
+		return o, writeJSON(d, runRel, o.run)
+	}
+	data, err := d.ReadFile(runRel)
+	if err != nil {
+		return nil, err
 	}
 	var prev runInfo
-	data, err := os.ReadFile(filepath.Join(dir, ManifestDir, runFile))
-	switch {
-	case err == nil:
-		if err := json.Unmarshal(data, &prev); err != nil || prev.Format != formatTag {
-			return nil, fmt.Errorf("%s: not a strata conversion manifest (%v): use a new --out", filepath.Join(dir, ManifestDir, runFile), err)
-		}
-		if prev.Fingerprint != o.run.Fingerprint {
-			return nil, fmt.Errorf("--out %s holds another conversion (of %s, dtype %q, quantize %q, from other source headers or options): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev.Source, prev.DType, prev.Quantize)
-		}
-	case errors.Is(err, os.ErrNotExist):
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		entries = slices.DeleteFunc(entries, func(e os.DirEntry) bool { return unstartedManifest(dir, e) })
-		if len(entries) > 0 {
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			more := ""
-			if len(names) > 3 {
-				more = fmt.Sprintf(" and %d more", len(names)-3)
-				names = names[:3]
-			}
-			return nil, fmt.Errorf("--out %s is not empty and holds no strata conversion (found %s%s): strata writes only into a new or empty directory, or one of its own conversions; use a new --out", out, strings.Join(names, ", "), more)
-		}
-		if err := os.MkdirAll(filepath.Join(dir, ManifestDir), 0o755); err != nil {
-			return nil, err
-		}
-		if err := writeJSON(filepath.Join(dir, ManifestDir, runFile), o.run); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, err
+	if err := json.Unmarshal(data, &prev); err != nil || prev.Format != formatTag {
+		return nil, fmt.Errorf("%s: not a strata conversion manifest (%v): use a new --out", d.Join(runRel), err)
+	}
+	if prev.Fingerprint != o.run.Fingerprint {
+		return nil, fmt.Errorf("--out %s holds another conversion (of %s, dtype %q, quantize %q, from other source headers or options): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev.Source, prev.DType, prev.Quantize)
 	}
 	return o, nil
 }
@@ -364,7 +346,7 @@ func (o *outDir) expected(layer int) (shardResult, error) {
 // done reports whether the layer's shard and record are present and match
 // this conversion.
 func (o *outDir) done(layer int) bool {
-	data, err := os.ReadFile(filepath.Join(o.dir, ManifestDir, recordName(layer)))
+	data, err := o.d.ReadFile(ManifestDir + "/" + recordName(layer))
 	if err != nil {
 		return false
 	}
@@ -376,7 +358,7 @@ func (o *outDir) done(layer int) bool {
 	if err != nil || rec.Shard.HeaderHash != want.HeaderHash || rec.Shard.Size != want.Size {
 		return false
 	}
-	got, err := shardOnDisk(filepath.Join(o.dir, shardName(layer)))
+	got, err := o.shardOnDisk(shardName(layer))
 	return err == nil && got.HeaderHash == want.HeaderHash && got.Size == want.Size
 }
 
@@ -394,8 +376,8 @@ func (p *plan) accountsOf(layer int) []*accounting {
 // writeLayer writes a layer's (or the tail's) shard, then its record.
 func (o *outDir) writeLayer(ctx context.Context, layer int, written *atomic.Int64) error {
 	name := shardName(layer)
-	o.removeTemps(name)
-	res, err := writeShard(ctx, filepath.Join(o.dir, name), o.p.byLayer[layer], written)
+	o.d.RemoveTempsOf(name) // a killed run's: only this run writes this shard
+	res, err := writeShard(ctx, o.d, name, o.p.byLayer[layer], written)
 	if err != nil {
 		return err
 	}
@@ -406,16 +388,7 @@ func (o *outDir) writeLayer(ctx context.Context, layer int, written *atomic.Int6
 		}
 	}
 	rec := layerRecord{Fingerprint: o.run.Fingerprint, Layer: layer, Shard: res, Tensors: accts}
-	return writeJSON(filepath.Join(o.dir, ManifestDir, recordName(layer)), rec)
-}
-
-// removeTemps removes temporary files a killed run left for this shard;
-// only this shard's, which no other machine writes.
-func (o *outDir) removeTemps(name string) {
-	olds, _ := filepath.Glob(filepath.Join(o.dir, tempPrefix+name+"-*"))
-	for _, f := range olds {
-		os.Remove(f)
-	}
+	return writeJSON(o.d, ManifestDir+"/"+recordName(layer), rec)
 }
 
 // convertLayers writes every layer of todo that is not already done, -j at
@@ -436,7 +409,7 @@ func (o *outDir) convertLayers(ctx context.Context, todo []int, jobs int, prog *
 		return nil, kept, nil
 	}
 	// Layers will change: the index no longer describes a complete output.
-	if err := removeIfExists(filepath.Join(o.dir, IndexFile)); err != nil {
+	if err := o.d.Remove(IndexFile); err != nil {
 		return nil, kept, err
 	}
 	parent := ctx
@@ -487,30 +460,4 @@ feed:
 		first = fmt.Errorf("interrupted: %d layers finished and kept in %s; run the same command again to resume: %w", len(written)+len(kept), o.dir, context.Canceled)
 	}
 	return written, kept, first
-}
-
-func removeIfExists(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// unstartedManifest reports whether e is the manifest directory of a run
-// killed before its run record landed: a directory holding nothing, or
-// only the temporary file of that record. Such a run wrote nothing else.
-func unstartedManifest(dir string, e os.DirEntry) bool {
-	if e.Name() != ManifestDir || !e.IsDir() || e.Type()&os.ModeSymlink != 0 {
-		return false
-	}
-	inside, err := os.ReadDir(filepath.Join(dir, ManifestDir))
-	if err != nil {
-		return false
-	}
-	for _, f := range inside {
-		if !f.Type().IsRegular() || !strings.HasPrefix(f.Name(), tempPrefix+runFile) {
-			return false
-		}
-	}
-	return true
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -450,6 +451,42 @@ func TestResumeAndScaleOutGiveIdenticalOutput(t *testing.T) {
 	}
 }
 
+func TestRangesConvertedAtOnceIntoOneDirectory(t *testing.T) {
+	m := llamaModel(11, 6, "F32")
+	src := m.write(t, t.TempDir())
+	opts := Options{DType: "bfloat16"}
+	ref := filepath.Join(t.TempDir(), "ref")
+	run(t, src, ref, opts)
+
+	for round := range 3 { // the first runs race to make the directory and its manifest
+		shared := filepath.Join(t.TempDir(), "shared")
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, r := range []Range{{0, 1}, {2, 3}, {4, 5}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o := opts
+				o.Layers = &r
+				_, errs[i] = Convert(context.Background(), src, shared, o)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, range %d: %v", round, i, err)
+			}
+		}
+		res := run(t, src, shared, Options{DType: "bfloat16", Finalize: true})
+		if len(res.Written) != 0 {
+			t.Errorf("finalize rewrote layers %v", res.Written)
+		}
+		if got := treeHash(t, shared); !mapsEqual(got, treeHash(t, ref)) {
+			t.Errorf("round %d: output of concurrent ranges differs from one run", round)
+		}
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false
@@ -483,7 +520,7 @@ func TestCancelStopsPromptlyAndResumes(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, IndexFile)); err == nil {
 		t.Error("index written by a cancelled run")
 	}
-	temps, _ := filepath.Glob(filepath.Join(out, tempPrefix+"*"))
+	temps, _ := filepath.Glob(filepath.Join(out, ".strata-tmp-*"))
 	if len(temps) > 0 {
 		t.Errorf("temporary files left: %v", temps)
 	}
@@ -523,7 +560,7 @@ func TestBadInputFailsClearlyAndTouchesNothing(t *testing.T) {
 		{"fp8 without scales", fp8Src, "", Options{DType: "bfloat16"}, "has no scale"},
 		{"unconvertible dtype", u8Src, "", Options{DType: "bfloat16"}, "cannot be converted as asked"},
 		{"another conversion", src, other, Options{DType: "bfloat16"}, "holds another conversion"},
-		{"foreign files", src, foreign, Options{}, "not empty and holds no strata conversion"},
+		{"foreign files", src, foreign, Options{}, "which strata convert did not write"},
 		{"out inside source", src, filepath.Join(src, "out"), Options{}, "overlap"},
 		{"bad dtype", src, "", Options{DType: "int8"}, "--dtype"},
 		{"bad quantize", src, "", Options{Quantize: "nvfp4"}, "--quantize"},

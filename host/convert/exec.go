@@ -10,12 +10,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/strata-llm/strata/host/checkpoint"
-	istrata "github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/host/outdir"
 )
 
 // chunkBytes bounds what one step reads from a source tensor: memory is
@@ -31,9 +30,9 @@ type shardResult struct {
 	Bytes      int64  `json:"tensor_bytes"`
 }
 
-// writeShard writes the groups' outputs as one safetensors file at path,
+// writeShard writes the groups' outputs as one safetensors file rel in d,
 // through a temporary file renamed into place when complete.
-func writeShard(ctx context.Context, path string, groups []*group, written *atomic.Int64) (res shardResult, err error) {
+func writeShard(ctx context.Context, d *outdir.Dir, rel string, groups []*group, written *atomic.Int64) (res shardResult, err error) {
 	var entries []checkpoint.Entry
 	for _, g := range groups {
 		entries = append(entries, g.Outputs...)
@@ -42,19 +41,17 @@ func writeShard(ctx context.Context, path string, groups []*group, written *atom
 	if err != nil {
 		return res, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), istrata.TempPrefix+filepath.Base(path)+"-*")
+	path := d.Join(rel)
+	of, err := d.Create(rel)
 	if err != nil {
-		return res, fmt.Errorf("writing %s: %w", path, err)
+		return res, err
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+			of.Abort()
 		}
 	}()
-	if err = f.Chmod(0o644); err != nil {
-		return res, fmt.Errorf("writing %s: %w", path, err)
-	}
+	f := of.File
 	var length [8]byte
 	binary.LittleEndian.PutUint64(length[:], uint64(len(l.Header)))
 	if _, err = f.Write(append(length[:], l.Header...)); err != nil {
@@ -78,14 +75,11 @@ func writeShard(ctx context.Context, path string, groups []*group, written *atom
 	// No fsync here: a killed process loses nothing the kernel holds, and a
 	// sync per shard would make Ctrl-C wait for the disk. finalize syncs
 	// every shard before the index says the conversion is complete.
-	if err = f.Close(); err != nil {
-		return res, fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return res, fmt.Errorf("writing %s: %w", path, err)
+	if err = of.CommitUnsynced(); err != nil {
+		return res, err
 	}
 	h := sha256.Sum256(l.Header)
-	return shardResult{File: filepath.Base(path), Size: l.Size, HeaderHash: hex.EncodeToString(h[:]), Bytes: w.total}, nil
+	return shardResult{File: rel, Size: l.Size, HeaderHash: hex.EncodeToString(h[:]), Bytes: w.total}, nil
 }
 
 // countingWriter writes to the shard and counts bytes for the progress line.

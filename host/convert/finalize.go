@@ -17,18 +17,19 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/outdir"
 	istrata "github.com/strata-llm/strata/internal/atomic"
 )
 
 const tempPrefix = istrata.TempPrefix
 
-// writeJSON writes v, indented, atomically.
-func writeJSON(path string, v any) error {
+// writeJSON writes v, indented, atomically as rel in d.
+func writeJSON(d *outdir.Dir, rel string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return istrata.WriteFile(path, append(data, '\n'))
+	return d.WriteFile(rel, append(data, '\n'))
 }
 
 // expectedShard is the name, size and header hash a shard of these entries has.
@@ -41,12 +42,13 @@ func expectedShard(name string, entries []checkpoint.Entry) (shardResult, error)
 	return shardResult{File: name, Size: l.Size, HeaderHash: hex.EncodeToString(h[:]), Bytes: l.Size - 8 - int64(len(l.Header))}, nil
 }
 
-// shardOnDisk reads a written shard's size and header hash.
-func shardOnDisk(path string) (shardResult, error) {
-	f, err := os.Open(path)
+// shardOnDisk reads the size and header hash of a shard strata wrote.
+func (o *outDir) shardOnDisk(name string) (shardResult, error) {
+	f, err := o.d.Open(name)
 	if err != nil {
 		return shardResult{}, err
 	}
+	path := f.Name()
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
@@ -83,7 +85,7 @@ func (o *outDir) finalize(ctx context.Context, res *Result) error {
 	if err := o.checkStaged(); err != nil {
 		return err
 	}
-	o.removeStaleTemps()
+	o.d.RemoveStaleTemps() // every layer is done: no other run is writing one
 	if len(o.p.byLayer[-1]) > 0 && !o.done(-1) {
 		var n atomic.Int64
 		if err := o.writeLayer(ctx, -1, &n); err != nil {
@@ -106,7 +108,7 @@ func (o *outDir) finalize(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(o.dir, ReportFile), report); err != nil {
+	if err := writeJSON(o.d, ReportFile, report); err != nil {
 		return err
 	}
 	return o.writeIndex(res)
@@ -123,7 +125,7 @@ func (o *outDir) syncShards() error {
 		names = append(names, TailFile)
 	}
 	for _, n := range names {
-		f, err := os.Open(filepath.Join(o.dir, n))
+		f, err := o.d.Open(n)
 		if err != nil {
 			return err
 		}
@@ -134,17 +136,6 @@ func (o *outDir) syncShards() error {
 		}
 	}
 	return nil
-}
-
-// removeStaleTemps removes temporary files that killed runs left: when
-// finalizing every layer is done, so no other run is writing one.
-func (o *outDir) removeStaleTemps() {
-	for _, d := range []string{o.dir, filepath.Join(o.dir, ManifestDir)} {
-		olds, _ := filepath.Glob(filepath.Join(d, tempPrefix+"*"))
-		for _, f := range olds {
-			os.Remove(f)
-		}
-	}
 }
 
 // checkStaged re-reads the source's headers: a tensor there that the plan
@@ -204,7 +195,7 @@ func (o *outDir) writeConfig() error {
 	if qc := p.quantizationConfig(); qc != nil {
 		cfg["quantization_config"] = qc
 	}
-	return writeJSON(filepath.Join(o.dir, "config.json"), cfg)
+	return writeJSON(o.d, "config.json", cfg)
 }
 
 // sourceQuantized: the source holds FP8 or MXFP4 weights.
@@ -300,7 +291,7 @@ func (o *outDir) copySidecars() error {
 		if err != nil {
 			return fmt.Errorf("copying %s: %w", name, err)
 		}
-		if err := istrata.WriteFile(filepath.Join(o.dir, name), data); err != nil {
+		if err := o.d.WriteFile(name, data); err != nil {
 			return err
 		}
 	}
@@ -334,7 +325,7 @@ func (o *outDir) report(res *Result) (*report, error) {
 		layers = append(layers, -1)
 	}
 	for _, l := range layers {
-		data, err := os.ReadFile(filepath.Join(o.dir, ManifestDir, recordName(l)))
+		data, err := o.d.ReadFile(ManifestDir + "/" + recordName(l))
 		if err != nil {
 			return nil, err
 		}
@@ -392,6 +383,9 @@ func (o *outDir) writeIndex(res *Result) error {
 		files = append(files, TailFile)
 	}
 	for _, name := range files {
+		if !o.d.Owned(name) {
+			return fmt.Errorf("re-reading %s: not the file strata wrote (it changed since); run the same command again", o.d.Join(name))
+		}
 		ck, err := checkpoint.OpenFile(filepath.Join(o.dir, name))
 		if err != nil {
 			return fmt.Errorf("re-reading %s: %w", name, err)
@@ -414,5 +408,5 @@ func (o *outDir) writeIndex(res *Result) error {
 	}
 	res.Outputs = len(weightMap)
 	idx := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap}
-	return writeJSON(filepath.Join(o.dir, IndexFile), idx)
+	return writeJSON(o.d, IndexFile, idx)
 }

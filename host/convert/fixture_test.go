@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/host/checkpoint"
@@ -237,6 +238,9 @@ func treeHash(t *testing.T, dir string) map[string]string {
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
+		}
+		if strings.HasPrefix(d.Name(), ".strata-") { // the ownership manifest (inodes) and locks
+			return nil
 		}
 		b, _ := os.ReadFile(p)
 		h := sha256.Sum256(b)

@@ -33,6 +33,20 @@ type inventory struct {
 	unindexed []string // file names of safetensors files the index does not name
 }
 
+// sources is what strata reads of the source: its directory and every
+// shard (links resolved); the output may hold none of them.
+func (inv *inventory) sources() []string {
+	out := []string{inv.dir}
+	seen := map[string]bool{}
+	for _, k := range inv.keys {
+		if p := inv.tensors[k].Path; !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // openInventory reads the source's config and every safetensors header.
 func openInventory(dir string) (*inventory, error) {
 	ck, err := checkpoint.Open(dir)

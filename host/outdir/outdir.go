@@ -30,6 +30,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +45,8 @@ const (
 	ManifestFile = ".strata-owned.json"
 	LockFile     = ".strata-lock"
 	manifestNew  = ".strata-owned.json.new"
+	// manifestLock serialises manifest updates of shared writers.
+	manifestLock = ".strata-owned.lock"
 	// tempPrefix starts every temporary name; the session id after it is
 	// recorded in the manifest before any temporary file is made, so a
 	// temporary file left by a killed run is provably strata's.
@@ -92,6 +95,14 @@ type Options struct {
 	// checkpoint, its shards with symlinks resolved): none may lie inside
 	// the output directory, and the output directory may not be one of them.
 	Sources []string
+	// Shared lets several processes of one tool write the directory at once
+	// (convert's layer ranges, machines sharing a file system): each holds
+	// the lock shared, manifest updates merge under a short exclusive lock,
+	// and temporary files are cleaned per file (RemoveTempsOf) or when the
+	// caller knows no other writer is left (RemoveStaleTemps), never at Open.
+	// Identities are matched without the device number, which differs
+	// between the clients of a network file system.
+	Shared bool
 }
 
 // Dir is an open, locked output directory.
@@ -103,13 +114,23 @@ type Dir struct {
 	tool    string
 	session string
 	created bool
-	// lockMade: this Open made the lock file, removed again if it refuses.
-	lockMade bool
-	counter  atomic.Int64
+	shared  bool
+	// ended is the session Close finished: a shared Save drops it from the
+	// sessions on disk.
+	ended string
+	// lockMade, manifestLockMade: this Open made the lock file (the
+	// manifest lock), removed again if it refuses.
+	lockMade, manifestLockMade bool
+	counter                    atomic.Int64
 
 	mkmu  sync.Mutex // held while making a directory
-	mu    sync.Mutex // guards owned and the manifest file
+	mu    sync.Mutex // guards owned, pending and the manifest file
 	owned map[string][]Entry
+	// pending is what this process changed in owned since its last Save:
+	// a shared Save replays just that onto the manifest on disk, which
+	// holds the other writers' latest.
+	pending []change
+	dropped map[string]bool // sessions whose temporary files were cleaned
 }
 
 // Error is a refusal to use an output directory, with the reason.
@@ -146,7 +167,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, owned: map[string][]Entry{}}
+	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, owned: map[string][]Entry{}, dropped: map[string]bool{}}
 	if err := d.checkSources(opts.Sources); err != nil {
 		return nil, err
 	}
@@ -169,6 +190,9 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 			if d.lockMade && d.fd >= 0 {
 				unix.Unlinkat(d.fd, LockFile, 0)
 			}
+			if d.manifestLockMade && d.fd >= 0 {
+				unix.Unlinkat(d.fd, manifestLock, 0)
+			}
 			d.release()
 			if d.created {
 				os.Remove(abs)
@@ -181,13 +205,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	if err := d.lockDir(); err != nil {
 		return nil, err
 	}
-	m := d.load()
-	if m.Tool != "" && m.Tool != opts.Tool {
-		return nil, &Error{Dir: dir, Reason: fmt.Sprintf("it holds the output of strata %s; strata %s needs a directory of its own (new, empty, or its own earlier output)", m.Tool, opts.Tool)}
-	}
-	d.verify(m.Entries)
-	d.cleanTemps(m.Sessions)
-	if err := d.checkForeign(); err != nil {
+	if err := d.adopt(); err != nil {
 		return nil, err
 	}
 	b := make([]byte, 6)
@@ -197,6 +215,49 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 		return nil, &Error{Dir: dir, Reason: "is not writable", Err: err}
 	}
 	return d, nil
+}
+
+// adopt takes over what the manifest records and is still on disk as
+// recorded, cleans an earlier run's temporary files (not shared: no other
+// writer can be running) and refuses anything else in the directory.
+// Shared writers do it under the manifest lock, so that no entry another
+// writer is placing looks foreign.
+func (d *Dir) adopt() error {
+	if d.shared {
+		unlock, err := d.lockManifest()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	m := d.load()
+	if m.Tool != "" && m.Tool != d.tool {
+		return &Error{Dir: d.path, Reason: fmt.Sprintf("it holds the output of strata %s; strata %s needs a directory of its own (new, empty, or its own earlier output)", m.Tool, d.tool)}
+	}
+	d.verify(m.Entries)
+	if !d.shared {
+		d.cleanTemps(m.Sessions)
+	}
+	return d.checkForeign()
+}
+
+// lockManifest takes the exclusive lock of manifest updates (shared mode).
+func (d *Dir) lockManifest() (unlock func(), err error) {
+	const flags = unix.O_RDWR | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(d.fd, manifestLock, flags|unix.O_CREAT|unix.O_EXCL, 0o644)
+	if err == nil {
+		d.manifestLockMade = d.session == "" // still in Open
+	} else if errors.Is(err, unix.EEXIST) {
+		fd, err = unix.Openat(d.fd, manifestLock, flags, 0)
+	}
+	if err != nil {
+		return nil, &Error{Dir: d.path, Reason: "cannot open its lock file " + manifestLock, Err: err}
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		return nil, &Error{Dir: d.path, Reason: "cannot be locked", Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // Path is the directory as given to Open.
@@ -271,7 +332,11 @@ func (d *Dir) lockDir() error {
 		return &Error{Dir: d.path, Reason: "cannot create its lock file " + LockFile, Err: err}
 	}
 	d.lock = os.NewFile(uintptr(fd), filepath.Join(d.abs, LockFile))
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	how := unix.LOCK_EX
+	if d.shared {
+		how = unix.LOCK_SH
+	}
+	if err := unix.Flock(fd, how|unix.LOCK_NB); err != nil {
 		holder, _ := io.ReadAll(io.LimitReader(d.lock, 64))
 		who := ""
 		if s := strings.TrimSpace(string(holder)); s != "" {
@@ -284,8 +349,10 @@ func (d *Dir) lockDir() error {
 		}
 		return &Error{Dir: d.path, Reason: "cannot be locked", Err: err}
 	}
-	d.lock.Truncate(0)
-	d.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	if !d.shared { // shared holders are many: no one pid to name
+		d.lock.Truncate(0)
+		d.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	}
 	return nil
 }
 
@@ -329,10 +396,15 @@ func (d *Dir) verify(entries map[string][]Entry) {
 		}
 		got, err := d.lstat(p)
 		if err != nil {
+			if d.shared && errors.Is(err, unix.ENOENT) {
+				// Another writer may be about to rename it into place;
+				// an absent entry claims nothing on disk.
+				d.owned[p] = entries[p]
+			}
 			continue
 		}
 		for _, want := range entries[p] {
-			if matches(want, got) {
+			if d.matches(want, got) {
 				d.owned[p] = []Entry{want}
 				break
 			}
@@ -350,7 +422,10 @@ func validRel(p string) bool {
 }
 
 // matches compares a recorded identity with what is on disk.
-func matches(want, got Entry) bool {
+func (d *Dir) matches(want, got Entry) bool {
+	if d.shared {
+		got.Dev = want.Dev
+	}
 	if want.Dev != got.Dev || want.Ino != got.Ino {
 		return false
 	}
@@ -441,12 +516,18 @@ func (d *Dir) parent(rel string, create bool) (int, string, error) {
 			return -1, "", err
 		}
 		fd = next
-		if create && !d.ownedDir(done) {
+		if create && !d.ownedDir(done) && !(d.shared && d.refreshOwnsDir(done)) {
 			unix.Close(fd)
 			return -1, "", fmt.Errorf("%s in %s is a directory strata did not make; remove it, or choose another directory", done, d.path)
 		}
 	}
 	return fd, base, nil
+}
+
+// refreshOwnsDir: another shared writer may have made it.
+func (d *Dir) refreshOwnsDir(rel string) bool {
+	d.refresh()
+	return d.ownedDir(rel)
 }
 
 func (d *Dir) ownedDir(rel string) bool {
@@ -474,14 +555,33 @@ func (d *Dir) mkdirAt(dirfd int, name, rel string) error {
 		err = d.record(rel, e, true)
 	}
 	if err == nil {
-		err = unix.Renameat(dirfd, tmp, dirfd, name)
+		err = renameNoReplace(dirfd, tmp, name)
 	}
 	if err != nil {
 		unix.Unlinkat(dirfd, tmp, unix.AT_REMOVEDIR)
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			d.unrecord(rel, e)
+			return nil // another writer made it first: the caller opens theirs
+		}
 		return err
 	}
 	d.settle(rel, e)
 	return nil
+}
+
+// renameNoReplace renames a fresh directory into place, never over an
+// existing one (rename(2) would replace another writer's empty directory,
+// which it may already be writing into). A file system without
+// RENAME_NOREPLACE gets a plain rename after a check.
+func renameNoReplace(dirfd int, tmp, name string) error {
+	err := unix.Renameat2(dirfd, tmp, dirfd, name, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		if _, serr := statAt(dirfd, name); serr == nil {
+			return unix.EEXIST
+		}
+		err = unix.Renameat(dirfd, tmp, dirfd, name)
+	}
+	return err
 }
 
 func (d *Dir) tempName(base string) string {
@@ -495,6 +595,7 @@ func (d *Dir) tempName(base string) string {
 // with save, writes the manifest before the entry gets its name.
 func (d *Dir) record(rel string, e Entry, save bool) error {
 	d.mu.Lock()
+	d.pending = append(d.pending, change{rel: rel, add: &e})
 	d.owned[rel] = append(d.owned[rel], e)
 	d.mu.Unlock()
 	if save {
@@ -504,15 +605,55 @@ func (d *Dir) record(rel string, e Entry, save bool) error {
 }
 
 // settle makes e rel's only identity once it is in place.
+// A shared directory keeps every identity: another writer may have put
+// the same file (the same content) there after this one.
 func (d *Dir) settle(rel string, e Entry) {
+	if d.shared {
+		return
+	}
 	d.mu.Lock()
 	d.owned[rel] = []Entry{e}
 	d.mu.Unlock()
 }
 
+// change is one edit of owned: add an identity, drop one, or (neither)
+// forget the path.
+type change struct {
+	rel       string
+	add, drop *Entry
+}
+
+func (c change) apply(owned map[string][]Entry) {
+	switch {
+	case c.add != nil:
+		if !slices.Contains(owned[c.rel], *c.add) {
+			owned[c.rel] = append(owned[c.rel], *c.add)
+		}
+	case c.drop != nil:
+		owned[c.rel] = slices.DeleteFunc(owned[c.rel], func(x Entry) bool { return x == *c.drop })
+		if len(owned[c.rel]) == 0 {
+			delete(owned, c.rel)
+		}
+	default:
+		delete(owned, c.rel)
+	}
+}
+
+// unrecord drops identity e of rel (one that never got the name).
+func (d *Dir) unrecord(rel string, e Entry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pending = append(d.pending, change{rel: rel, drop: &e})
+	d.owned[rel] = slices.DeleteFunc(d.owned[rel], func(x Entry) bool { return x == e })
+	if len(d.owned[rel]) == 0 {
+		delete(d.owned, rel)
+	}
+}
+
 func (d *Dir) forget(rel string) {
 	d.mu.Lock()
 	delete(d.owned, rel)
+	d.pending = append(d.pending, change{rel: rel})
 	d.mu.Unlock()
 }
 
@@ -524,11 +665,13 @@ func (d *Dir) cleanTemps(sessions []string) {
 		return
 	}
 	dirs := []string{"."}
+	d.mu.Lock()
 	for p, e := range d.owned {
 		if e[0].Kind == kindDir {
 			dirs = append(dirs, p)
 		}
 	}
+	d.mu.Unlock()
 	for _, dir := range dirs {
 		d.eachEntry(dir, func(dirfd int, name string) {
 			for _, s := range sessions {
@@ -554,7 +697,9 @@ func (d *Dir) eachEntry(rel string, fn func(dirfd int, name string)) error {
 		}
 		fd = pfd
 	}
-	dup, err := unix.Dup(fd)
+	// A fresh open, not a dup: a dup shares the directory offset, so a
+	// second listing through it would come back empty.
+	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		d.closeParent(fd)
 		return err
@@ -582,7 +727,7 @@ func (d *Dir) checkForeign() error {
 				p = rel + "/" + name
 			}
 			switch {
-			case rel == "." && (name == ManifestFile || name == LockFile || name == manifestNew):
+			case rel == "." && (name == ManifestFile || name == LockFile || name == manifestNew || name == manifestLock):
 			case strings.HasPrefix(name, tempPrefix):
 				// another session's leftovers: never ours to judge, never in the way
 			case d.owned[p] == nil:
@@ -605,14 +750,26 @@ func (d *Dir) checkForeign() error {
 		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool)}
 }
 
-// Save writes the manifest (through a temporary name, never followed).
+// Save writes the manifest (through a temporary name, never followed). A
+// shared writer merges it with what the others recorded since.
 func (d *Dir) Save() error {
+	if d.shared {
+		unlock, err := d.lockManifest()
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	m := manifest{Format: manifestFormat, Version: manifestVersion, Tool: d.tool, Entries: d.owned}
+	var sessions []string
 	if d.session != "" {
-		m.Sessions = []string{d.session}
+		sessions = []string{d.session}
 	}
+	if d.shared {
+		sessions = d.mergeDisk()
+	}
+	m := manifest{Format: manifestFormat, Version: manifestVersion, Tool: d.tool, Sessions: sessions, Entries: d.owned}
 	data, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return err
@@ -634,7 +791,48 @@ func (d *Dir) Save() error {
 		unix.Unlinkat(d.fd, manifestNew, 0)
 		return fmt.Errorf("writing %s: %w", d.Join(ManifestFile), err)
 	}
+	d.pending = nil
 	return nil
+}
+
+// mergeDisk makes owned the manifest on disk (the other shared writers'
+// latest) with this process's changes since its last Save on top, and
+// returns the sessions to record: theirs and this one's, while it runs.
+// Called with the manifest lock and d.mu held.
+func (d *Dir) mergeDisk() []string {
+	disk := d.load()
+	merged := map[string][]Entry{}
+	for p, es := range disk.Entries {
+		if validRel(p) {
+			merged[p] = es
+		}
+	}
+	for _, c := range d.pending {
+		c.apply(merged)
+	}
+	d.owned = merged
+	var sessions []string
+	for _, s := range disk.Sessions {
+		if s != d.session && s != d.ended && !d.dropped[s] {
+			sessions = append(sessions, s)
+		}
+	}
+	if d.session != "" {
+		sessions = append(sessions, d.session)
+	}
+	return sessions
+}
+
+// refresh merges what other shared writers recorded since the last Save.
+func (d *Dir) refresh() {
+	unlock, err := d.lockManifest()
+	if err != nil {
+		return
+	}
+	defer unlock()
+	d.mu.Lock()
+	d.mergeDisk()
+	d.mu.Unlock()
 }
 
 // Close saves the manifest without a session (no temporary file is left)
@@ -644,7 +842,7 @@ func (d *Dir) Close() error {
 		return nil
 	}
 	d.cleanTemps([]string{d.session}) // any an error path left
-	d.session = ""
+	d.ended, d.session = d.session, ""
 	err := d.Save()
 	d.release()
 	return err
@@ -652,7 +850,9 @@ func (d *Dir) Close() error {
 
 func (d *Dir) release() {
 	if d.lock != nil {
-		d.lock.Truncate(0)
+		if !d.shared {
+			d.lock.Truncate(0)
+		}
 		d.lock.Close() // releases the flock
 		d.lock = nil
 	}
@@ -676,6 +876,7 @@ func (d *Dir) Discard() {
 	d.RemoveAll(".")
 	unix.Unlinkat(d.fd, ManifestFile, 0)
 	unix.Unlinkat(d.fd, manifestNew, 0)
+	unix.Unlinkat(d.fd, manifestLock, 0)
 	unix.Unlinkat(d.fd, LockFile, 0)
 	d.release()
 	os.Remove(d.abs) // only if empty
@@ -713,15 +914,28 @@ func (d *Dir) checkReplace(dirfd int, base, rel string) (exists bool, err error)
 	if err != nil {
 		return false, err
 	}
-	d.mu.Lock()
-	ids := d.owned[rel]
-	d.mu.Unlock()
-	for _, want := range ids {
-		if matches(want, got) {
+	if d.ownsAsIs(rel, got) {
+		return true, nil
+	}
+	if d.shared { // another writer may have made it since
+		d.refresh()
+		if d.ownsAsIs(rel, got) {
 			return true, nil
 		}
 	}
 	return true, fmt.Errorf("%s already exists and strata did not write it (or it changed since); strata replaces only its own files: move it away, or choose another directory", d.Join(rel))
+}
+
+// ownsAsIs reports whether got is one of rel's recorded identities.
+func (d *Dir) ownsAsIs(rel string, got Entry) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, want := range d.owned[rel] {
+		if d.matches(want, got) {
+			return true
+		}
+	}
+	return false
 }
 
 // File is a file being written under a temporary name.
@@ -755,7 +969,13 @@ func (d *Dir) Create(rel string) (*File, error) {
 
 // Commit syncs and closes the file, records it, and renames it into place,
 // replacing strata's earlier file of that name (never another).
-func (f *File) Commit() (err error) {
+func (f *File) Commit() error { return f.commit(true) }
+
+// CommitUnsynced is Commit without the fsync, for a writer that syncs its
+// files together later (a sync per file would make Ctrl-C wait for the disk).
+func (f *File) CommitUnsynced() error { return f.commit(false) }
+
+func (f *File) commit(sync bool) (err error) {
 	if f.committed {
 		return nil
 	}
@@ -767,9 +987,11 @@ func (f *File) Commit() (err error) {
 			err = fmt.Errorf("writing %s: %w", f.d.Join(f.rel), err)
 		}
 	}()
-	if err := f.File.Sync(); err != nil {
-		f.File.Close()
-		return err
+	if sync {
+		if err := f.File.Sync(); err != nil {
+			f.File.Close()
+			return err
+		}
 	}
 	if err := f.File.Close(); err != nil {
 		return err
@@ -1027,6 +1249,17 @@ func (d *Dir) Files(rel string) []string {
 
 // ReadFile reads strata's file rel, without following links.
 func (d *Dir) ReadFile(rel string) ([]byte, error) {
+	f, err := d.Open(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// Open opens strata's regular file rel for reading, without following
+// links; a file strata did not write (or that changed since) is refused.
+func (d *Dir) Open(rel string) (*os.File, error) {
 	dirfd, base, err := d.parent(rel, false)
 	if err != nil {
 		return nil, err
@@ -1037,9 +1270,73 @@ func (d *Dir) ReadFile(rel string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: d.Join(rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), d.Join(rel))
-	defer f.Close()
-	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.Close()
 		return nil, fmt.Errorf("%s is not a regular file", d.Join(rel))
 	}
-	return io.ReadAll(f)
+	got := Entry{Kind: kindFile, Dev: uint64(st.Dev), Ino: uint64(st.Ino), Size: st.Size, MtimeNs: st.Mtim.Nano()}
+	if !d.ownsAsIs(rel, got) && !(d.shared && d.refreshOwns(rel, got)) {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a file strata wrote (or it changed since); move it away, or choose another directory", d.Join(rel))
+	}
+	return f, nil
+}
+
+func (d *Dir) refreshOwns(rel string, got Entry) bool {
+	d.refresh()
+	return d.ownsAsIs(rel, got)
+}
+
+// RemoveTempsOf removes the temporary files of rel that any recorded
+// session left (a killed writer's); for a shared directory, where each
+// file has one writer at a time, it is how those files get cleaned.
+func (d *Dir) RemoveTempsOf(rel string) {
+	dir, base := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	if len(base) > 64 {
+		base = base[:64]
+	}
+	sessions := d.sessionsOnDisk()
+	d.eachEntry(dir, func(dirfd int, name string) {
+		for _, s := range sessions {
+			if s != d.session && len(s) >= 8 && strings.HasPrefix(name, tempPrefix+s+"-") && strings.HasSuffix(name, "-"+base) {
+				if e, err := statAt(dirfd, name); err == nil && e.Kind == kindFile {
+					unix.Unlinkat(dirfd, name, 0)
+				}
+			}
+		}
+	})
+}
+
+// RemoveStaleTemps removes the temporary files of every other recorded
+// session: for a shared directory, call it only when no other writer can
+// be running (convert's finalize: every layer is done).
+func (d *Dir) RemoveStaleTemps() {
+	var others []string
+	for _, s := range d.sessionsOnDisk() {
+		if s != d.session {
+			others = append(others, s)
+		}
+	}
+	d.cleanTemps(others)
+	d.mu.Lock()
+	for _, s := range others {
+		d.dropped[s] = true
+	}
+	d.mu.Unlock()
+}
+
+func (d *Dir) sessionsOnDisk() []string {
+	if d.shared {
+		unlock, err := d.lockManifest()
+		if err != nil {
+			return nil
+		}
+		defer unlock()
+	}
+	return d.load().Sessions
 }

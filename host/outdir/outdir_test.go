@@ -269,3 +269,88 @@ func TestCopyHonoursCancellation(t *testing.T) {
 		t.Errorf("a cancelled copy left %v", entries)
 	}
 }
+
+func openShared(t *testing.T, dir string) *Dir {
+	t.Helper()
+	d, err := Open(context.Background(), dir, Options{Tool: "convert", Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestSharedWritersMergeTheirManifests(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	a := openShared(t, out)
+	b := openShared(t, out) // at once: both hold the lock shared
+	if _, err := Open(context.Background(), out, Options{Tool: "convert"}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("an exclusive writer beside shared ones: %v", err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a.WriteFile("m/a.json", []byte("a")))
+	must(b.WriteFile("m/b.json", []byte("b")))
+	// b replaces and reads what a wrote: it learns a's entries from disk.
+	if got, err := b.ReadFile("m/a.json"); err != nil || string(got) != "a" {
+		t.Fatalf("b reading a's file: %q %v", got, err)
+	}
+	must(b.WriteFile("m/a.json", []byte("a2")))
+	must(a.Close())
+	must(b.Close())
+
+	c := openShared(t, out)
+	defer c.Close()
+	for _, f := range []string{"m/a.json", "m/b.json"} {
+		if !c.Owned(f) {
+			t.Errorf("%s lost from the merged manifest", f)
+		}
+	}
+	m := c.load()
+	if len(m.Sessions) != 1 || m.Sessions[0] != c.session {
+		t.Errorf("ended sessions kept: %v (this one %s)", m.Sessions, c.session)
+	}
+}
+
+func TestSharedWriterCleansAKilledWritersTemps(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	killed := openShared(t, out)
+	f, err := killed.Create("shard.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := killed.Create("other.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.File.Close()
+	other.File.Close()
+	killed.release() // as a SIGKILL: the lock goes, the manifest keeps its session
+
+	d := openShared(t, out) // a live writer's temps are never cleaned at Open
+	if _, err := os.Stat(filepath.Join(out, f.tmp)); err != nil {
+		t.Fatalf("Open of a shared directory removed another session's file: %v", err)
+	}
+	d.RemoveTempsOf("shard.safetensors")
+	if _, err := os.Stat(filepath.Join(out, f.tmp)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed run's temp of the shard stays: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, other.tmp)); err != nil {
+		t.Errorf("another file's temp went with it: %v", err)
+	}
+	d.RemoveStaleTemps()
+	if _, err := os.Stat(filepath.Join(out, other.tmp)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("RemoveStaleTemps left %s: %v", other.tmp, err)
+	}
+	d.Close()
+	if s := openShared(t, out); len(s.load().Sessions) != 1 {
+		t.Errorf("cleaned sessions stay recorded: %v", s.load().Sessions)
+	} else {
+		s.Close()
+	}
+}
