@@ -449,11 +449,58 @@ func catalogue() []catalogueCase {
 		s.release = func() { d.Close() }
 		return s
 	}})
-	add(catalogueCase{name: "compile: a FIFO as model.onnx", want: "named pipe", outMayChange: true, setup: func(t *testing.T, root, plugins string) scene {
+	add(catalogueCase{name: "compile: a FIFO as model.onnx", want: "named pipe", setup: func(t *testing.T, root, plugins string) scene {
 		exp := filepath.Join(root, "export")
 		must(t, os.MkdirAll(exp, 0o755))
 		must(t, syscall.Mkfifo(filepath.Join(exp, "model.onnx"), 0o644))
 		return scene{args: []string{"compile", exp, "--out", filepath.Join(root, "out"), "--dry-run", "--plugin-dir", plugins}, out: filepath.Join(root, "out")}
+	}})
+	// 5. compile.
+	compileScene := func(src, out, plugins string, flags ...string) scene {
+		return scene{args: append([]string{"compile", src, "--out", out, "--dry-run", "--plugin-dir", plugins}, flags...), out: out}
+	}
+	add(catalogueCase{name: "compile --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
+		return compileScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
+	}})
+	add(catalogueCase{name: "compile --out the export it compiles", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		exp := filepath.Join(root, "exp")
+		earlier(t, tiny(t, filepath.Join(root, "src")), exp, plugins)
+		return compileScene(exp, exp, plugins)
+	}})
+	add(catalogueCase{name: "compile --out holding the checkpoint", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		return compileScene(tiny(t, filepath.Join(root, "parent", "export")), filepath.Join(root, "parent"), plugins)
+	}})
+	for _, name := range []string{"compile.sh", "specializations.json", "custom_io.yaml", "qpc/programqpc.bin", "export/model.onnx", "windows/window_0_1/compile.sh", "model.optimized.onnx"} {
+		add(catalogueCase{name: "compile: foreign " + name + " in --out", want: strings.Split(name, "/")[0], setup: func(t *testing.T, root, plugins string) scene {
+			out := filepath.Join(root, "out")
+			put(t, filepath.Join(out, name), "#!/bin/sh\n")
+			return compileScene(tiny(t, filepath.Join(root, "src")), out, plugins)
+		}})
+	}
+	add(catalogueCase{name: "compile: an earlier compile's export/ replaced by a symlink to the source", want: "export", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		if code, _, errOut := strata(t, compileScene(src, out, plugins).args...); code != 0 {
+			t.Fatal(errOut)
+		}
+		must(t, os.RemoveAll(filepath.Join(out, "export")))
+		must(t, os.Symlink(src, filepath.Join(out, "export")))
+		return compileScene(src, out, plugins)
+	}})
+	add(catalogueCase{name: "compile re-run over its own output", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		if code, _, errOut := strata(t, compileScene(src, out, plugins).args...); code != 0 {
+			t.Fatal(errOut)
+		}
+		s := compileScene(src, out, plugins, "--ctx-len", "64")
+		s.check = func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(out, "specializations.json"))
+			if err != nil || !strings.Contains(string(data), `"64"`) {
+				t.Errorf("specializations.json not rewritten: %v %s", err, data)
+			}
+		}
+		return s
 	}})
 	add(catalogueCase{name: "inspect: Hugging Face cache layout", setup: func(t *testing.T, root, plugins string) scene {
 		return scene{args: []string{"inspect", hfCache(t, root), "--plugin-dir", plugins}}

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/strata-llm/strata/host/compile"
 	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/window"
 )
 
@@ -54,7 +59,7 @@ func compileCommand() *cli.Command {
 		ArgsUsage:   "MODEL|EXPORT_DIR",
 		Description: modelHelp + "\nAn EXPORT_DIR (a directory holding model.onnx) is compiled as it is.",
 		Flags:       append(flags, exportFlags()...),
-		Action: func(c *cli.Context) error {
+		Action: func(c *cli.Context) (err error) {
 			src, err := oneArg(c, "MODEL|EXPORT_DIR")
 			if err != nil {
 				return err
@@ -62,11 +67,19 @@ func compileCommand() *cli.Command {
 			if err := checkCompileFlags(c, flags); err != nil {
 				return err
 			}
-			if err := prepareCompileDir(c.String("out")); err != nil {
+			d, err := openCompileDir(c, src)
+			if err != nil {
 				return err
 			}
+			defer func() {
+				if err != nil && d.Created() && len(d.Files(".")) == 0 && !d.Owned(exportSubdir) {
+					d.Discard() // refused before writing anything: leave no directory
+					return
+				}
+				d.Close()
+			}()
 			start := time.Now()
-			exportDir, exported, err := exportForCompile(c, src)
+			exportDir, exported, err := exportForCompile(c, d, src)
 			if err != nil {
 				return err
 			}
@@ -76,9 +89,9 @@ func compileCommand() *cli.Command {
 			}
 			var ortReport *compile.ORTReport
 			if c.String("backend") == "ort" {
-				ortReport, err = compileORT(c, model)
+				ortReport, err = compileORT(c, d, model)
 			} else {
-				err = compileQAIC(c, model, exportDir)
+				err = compileQAIC(c, d, model, exportDir)
 			}
 			if err != nil || !c.Bool("json") {
 				return err
@@ -122,29 +135,21 @@ func checkCompileFlags(c *cli.Context, flags []cli.Flag) error {
 	return nil
 }
 
-// compileDirEntries are what compile writes; a directory holding only these
-// is an earlier compile and may be written again.
-var compileDirEntries = regexp.MustCompile(`^(export|windows|specializations\.json|custom_io\.yaml|compile\.sh|mdp_ts_\d+\.json|qpc|qpc\.partial|model\.optimized\.(onnx|data)|model\.ort|ort_report\.json|\.strata-.*)$`)
-
-func prepareCompileDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("compile directory %s cannot be created: %w", dir, err)
+// openCompileDir opens --out as strata's (host/outdir): compile replaces
+// and deletes there only what it wrote itself, the export it made lives in
+// export/ under a manifest of its own, and the compiler's binary directory
+// is adopted whole once the compiler succeeds.
+func openCompileDir(c *cli.Context, src string) (*outdir.Dir, error) {
+	var sources []string
+	if _, err := os.Stat(src); err == nil {
+		sources = append(sources, src)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !compileDirEntries.MatchString(e.Name()) {
-			return fmt.Errorf("compile directory %s already holds %s, which strata compile did not write; choose an empty or new directory", dir, e.Name())
-		}
-	}
-	return nil
+	return outdir.Open(c.Context, c.String("out"), outdir.Options{Tool: "compile", Sources: sources})
 }
 
 // exportForCompile returns the export to compile: src itself when it is one
 // (export options then make no sense), else src exported into OUT/export.
-func exportForCompile(c *cli.Context, src string) (string, *exportSummary, error) {
+func exportForCompile(c *cli.Context, d *outdir.Dir, src string) (string, *exportSummary, error) {
 	isExport := fileExists(filepath.Join(src, export.ModelFile))
 	if isExport {
 		for _, f := range exportFlags() {
@@ -154,7 +159,10 @@ func exportForCompile(c *cli.Context, src string) (string, *exportSummary, error
 		}
 		return src, nil, nil
 	}
-	out := filepath.Join(c.String("out"), "export")
+	if err := d.MkdirTree(exportSubdir); err != nil {
+		return "", nil, err
+	}
+	out := d.Join(exportSubdir)
 	opts, err := exportOptions(c, out)
 	if err != nil {
 		return "", nil, err
@@ -187,7 +195,7 @@ func summarizeCompile(c *cli.Context, start time.Time, exportDir string, exporte
 	out := c.String("out")
 	s := &compileSummary{Command: "compile", Backend: c.String("backend"), Out: out, ExportDir: exportDir, Export: exported,
 		DryRun: c.Bool("dry-run"), ORT: ortReport, Files: []writtenRef{}}
-	skip := filepath.Join(out, "export")
+	skip := filepath.Join(out, exportSubdir)
 	filepath.WalkDir(out, func(path string, d fs.DirEntry, err error) error {
 		switch {
 		case err != nil:
@@ -196,7 +204,7 @@ func summarizeCompile(c *cli.Context, start time.Time, exportDir string, exporte
 			return filepath.SkipDir
 		case d.IsDir() && d.Name() == compile.BinaryDir:
 			s.Binaries = append(s.Binaries, path)
-		case d.Type().IsRegular():
+		case d.Type().IsRegular() && !strings.HasPrefix(d.Name(), ".strata-"):
 			if info, err := d.Info(); err == nil {
 				s.Files = append(s.Files, writtenRef{Path: path, Bytes: info.Size(), What: "compile"})
 			}
@@ -241,7 +249,10 @@ func detectHWVersion() string {
 	return "ai100"
 }
 
-func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
+// exportSubdir is where compile exports a checkpoint it is given.
+const exportSubdir = "export"
+
+func compileQAIC(c *cli.Context, d *outdir.Dir, model *compile.Model, exportDir string) error {
 	o := qaicOptions(c)
 	compiler := c.String("compiler")
 	if !c.Bool("dry-run") {
@@ -254,13 +265,13 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	}
 	script := scriptCompiler(c, compiler)
 	if c.Bool("compile-per-window") {
-		return compileWindows(c, exportDir, o, compiler, script)
+		return compileWindows(c, d, exportDir, o, compiler, script)
 	}
 	job, err := compile.PlanQAIC(model, c.String("out"), o)
 	if err != nil {
 		return err
 	}
-	if err := job.Write(script); err != nil {
+	if err := job.Write(d, ".", script); err != nil {
 		return err
 	}
 	for _, n := range job.Notes {
@@ -277,7 +288,7 @@ func compileQAIC(c *cli.Context, model *compile.Model, exportDir string) error {
 	if c.Bool("json") || c.Path("stats") == "-" { // stdout holds only JSON
 		compilerOut = c.App.ErrWriter
 	}
-	if err := job.Run(c.Context, compiler, compilerOut, c.App.ErrWriter); err != nil {
+	if err := runJob(c.Context, d, ".", job, compiler, compilerOut, c.App.ErrWriter); err != nil {
 		return err
 	}
 	fmt.Fprintf(textOut(c), "compiled to %s\n", filepath.Join(job.Dir, compile.BinaryDir))
@@ -297,23 +308,24 @@ func scriptCompiler(_ *cli.Context, found string) string {
 // compileWindows compiles every window model of the export on its own, in
 // OUT/windows/window_<first>_<last>/, -j at once; each compiler's output goes
 // to its compile.log.
-func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler, script string) error {
+func compileWindows(c *cli.Context, d *outdir.Dir, exportDir string, o compile.QAIC, compiler, script string) error {
 	files, err := filepath.Glob(filepath.Join(exportDir, window.Dir, "window_*.onnx"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("%s has no window models: export with --layerwise --keep-windows (or give a checkpoint)", exportDir)
 	}
 	sort.Slice(files, func(i, j int) bool { return windowFirst(files[i]) < windowFirst(files[j]) })
 	jobs := make([]*compile.Job, len(files))
+	rels := make([]string, len(files))
 	for i, f := range files {
 		m, err := compile.ReadModel(f)
 		if err != nil {
 			return err
 		}
-		dir := filepath.Join(c.String("out"), window.Dir, strings.TrimSuffix(filepath.Base(f), ".onnx"))
-		if jobs[i], err = compile.PlanQAIC(m, dir, o); err != nil {
+		rels[i] = window.Dir + "/" + strings.TrimSuffix(filepath.Base(f), ".onnx")
+		if jobs[i], err = compile.PlanQAIC(m, d.Join(rels[i]), o); err != nil {
 			return err
 		}
-		if err := jobs[i].Write(script); err != nil {
+		if err := jobs[i].Write(d, rels[i], script); err != nil {
 			return err
 		}
 	}
@@ -321,7 +333,7 @@ func compileWindows(c *cli.Context, exportDir string, o compile.QAIC, compiler, 
 		fmt.Fprintf(textOut(c), "wrote the compile files of %s in %s (dry run)\n", plural(len(jobs), "window"), filepath.Join(c.String("out"), window.Dir))
 		return nil
 	}
-	return runJobs(c, jobs, compiler)
+	return runJobs(c, d, jobs, rels, compiler)
 }
 
 func windowFirst(path string) int {
@@ -330,22 +342,24 @@ func windowFirst(path string) int {
 	return first
 }
 
-func runJobs(c *cli.Context, jobs []*compile.Job, compiler string) error {
+func runJobs(c *cli.Context, d *outdir.Dir, jobs []*compile.Job, rels []string, compiler string) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		errs  []string
 		slots = make(chan struct{}, max(1, c.Int("jobs")))
 	)
-	for _, j := range jobs {
+	for i, j := range jobs {
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			log, err := os.Create(filepath.Join(j.Dir, "compile.log"))
+			log, err := d.Create(rels[i] + "/compile.log")
 			if err == nil {
-				err = j.Run(c.Context, compiler, log, log)
-				log.Close()
+				err = runJob(c.Context, d, rels[i], j, compiler, log, log)
+				if cerr := log.CommitUnsynced(); err == nil {
+					err = cerr
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -364,11 +378,50 @@ func runJobs(c *cli.Context, jobs []*compile.Job, compiler string) error {
 	return nil
 }
 
-func compileORT(c *cli.Context, model *compile.Model) (*compile.ORTReport, error) {
-	r, err := compile.CompileORT(c.Context, model, c.String("out"), compile.ORT{
+// runJob runs the compiler of job (in directory rel of d) into a temporary
+// directory and, when it succeeds, puts the binary directory in place,
+// replacing the earlier one in one step.
+func runJob(ctx context.Context, d *outdir.Dir, rel string, job *compile.Job, compiler string, stdout, stderr io.Writer) error {
+	tmp, tmpAbs, err := d.TempDir(rel, compile.BinaryDir)
+	if err != nil {
+		return err
+	}
+	defer d.RemoveTemp(tmp)
+	if err := job.Run(ctx, compiler, filepath.Join(tmpAbs, compile.BinaryDir), stdout, stderr); err != nil {
+		return err
+	}
+	return d.AdoptTree(tmp+"/"+compile.BinaryDir, path.Join(rel, compile.BinaryDir))
+}
+
+func compileORT(c *cli.Context, d *outdir.Dir, model *compile.Model) (*compile.ORTReport, error) {
+	tmp, tmpAbs, err := d.TempDir(".", "ort")
+	if err != nil {
+		return nil, err
+	}
+	defer d.RemoveTemp(tmp)
+	r, err := compile.CompileORT(c.Context, model, tmpAbs, compile.ORT{
 		Level: c.String("ort-level"), ORTFormat: c.Bool("ort-format"), Python: c.String("python"),
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Into place; what this run did not make (an earlier run's ORT format) goes.
+	for _, name := range []string{compile.ORTModelFile, compile.ORTDataFile, compile.ORTFormatFile} {
+		if fileExists(filepath.Join(tmpAbs, name)) {
+			err = d.AdoptFile(tmp+"/"+name, name)
+		} else {
+			err = d.Remove(name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	r.Model = d.Join(compile.ORTModelFile)
+	if r.ORTFormat != "" {
+		r.ORTFormat = d.Join(compile.ORTFormatFile)
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	if err := d.WriteFile(compile.ORTReportFile, append(data, '\n')); err != nil {
 		return nil, err
 	}
 	w := textOut(c)

@@ -4,20 +4,22 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
 )
 
-// fakeCompiler writes a qaic-compile stand-in that records its arguments
-// (one per line, in args.txt of its working directory), creates the binary
-// directory it is given, and exits with $FAKE_EXIT after printing $FAKE_STDERR.
+// fakeCompiler writes a qaic-compile stand-in that creates the binary
+// directory it is given, records its arguments there (one per line, in
+// args.txt: nothing but the binary directory is the compiler's to write),
+// and exits with $FAKE_EXIT after printing $FAKE_STDERR.
 func fakeCompiler(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "qaic-compile")
 	script := `#!/bin/sh
-for a in "$@"; do echo "$a"; done > args.txt
 for a in "$@"; do case "$a" in -aic-binary-dir=*) d="${a#-aic-binary-dir=}"; mkdir -p "$d"; echo qpc > "$d/programqpc.bin";; esac; done
+for a in "$@"; do echo "$a"; done > "$d/args.txt"
 [ -n "$FAKE_STDERR" ] && echo "$FAKE_STDERR" >&2
 exit "${FAKE_EXIT:-0}"
 `
@@ -33,8 +35,11 @@ exit "${FAKE_EXIT:-0}"
 func compileRecord(t *testing.T, dir, compiler string) string {
 	t.Helper()
 	var b strings.Builder
-	for _, name := range []string{"args.txt", "specializations.json", "custom_io.yaml", "mdp_ts_4.json", "compile.sh"} {
+	for _, name := range []string{"qpc/args.txt", "specializations.json", "custom_io.yaml", "mdp_ts_4.json", "compile.sh"} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
+		// strata's own run gives the compiler a temporary binary directory,
+		// adopted as qpc when it succeeds.
+		data = binaryDirArg.ReplaceAll(data, []byte("-aic-binary-dir=TEMPORARY_DIR/qpc"))
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -45,6 +50,8 @@ func compileRecord(t *testing.T, dir, compiler string) string {
 	}
 	return b.String()
 }
+
+var binaryDirArg = regexp.MustCompile(`-aic-binary-dir=/\S+/\.strata-tmp-[^/\s]+/qpc`)
 
 func TestCompileQAIC(t *testing.T) {
 	t.Parallel()

@@ -176,7 +176,7 @@ func TestCompileScriptMoves(t *testing.T) {
 	if out, err := run(movedOut, "STRATA_MODEL="+filepath.Join(exported, "model.onnx")); err != nil || !fileExists(filepath.Join(movedOut, "qpc", "programqpc.bin")) {
 		t.Errorf("with STRATA_MODEL: %v\n%s", err, out)
 	}
-	args := string(read(t, filepath.Join(movedOut, "args.txt")))
+	args := string(read(t, filepath.Join(movedOut, "qpc", "args.txt")))
 	if !strings.Contains(args, "-m="+filepath.Join(exported, "model.onnx")) {
 		t.Errorf("compiler got:\n%s", args)
 	}

@@ -8,19 +8,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
-	"github.com/strata-llm/strata/internal/atomic"
+	"github.com/strata-llm/strata/host/outdir"
 )
 
-// Write writes the job's files into its directory: specializations.json,
-// custom_io.yaml, the partition config, and compile.sh, which replays the
-// compilation from any working directory.
-func (j *Job) Write(compiler string) error {
-	if err := os.MkdirAll(j.Dir, 0o755); err != nil {
-		return fmt.Errorf("compile directory %s: %w", j.Dir, err)
-	}
+// Write writes the job's files into its directory, rel in d:
+// specializations.json, custom_io.yaml, the partition config, and
+// compile.sh, which replays the compilation from any working directory.
+func (j *Job) Write(d *outdir.Dir, rel, compiler string) error {
 	specs, err := pythonJSON(map[string]any{"specializations": j.Specializations})
 	if err != nil {
 		return err
@@ -32,11 +31,15 @@ func (j *Job) Write(compiler string) error {
 		}
 	}
 	for name, data := range files {
-		if err := atomic.WriteFile(filepath.Join(j.Dir, name), data); err != nil {
+		mode := os.FileMode(0o644)
+		if name == ScriptFile {
+			mode = 0o755
+		}
+		if err := d.WriteFileMode(path.Join(rel, name), data, mode); err != nil {
 			return err
 		}
 	}
-	return os.Chmod(filepath.Join(j.Dir, ScriptFile), 0o755)
+	return nil
 }
 
 // customIOYAML is the custom-IO list in the compiler's format: a leading
@@ -107,19 +110,20 @@ func FindCompiler(given string) (string, error) {
 	return "", fmt.Errorf("qaic-compile not found on PATH or at %s: install the Cloud AI Platform SDK, pass --compiler PATH, or use --dry-run to write the compile files and compile.sh only", DefaultCompiler)
 }
 
-// Run runs the compiler in the job's directory, streaming its output. The
-// binary directory appears (renamed from its partial name) only when the
-// compiler succeeds; a failure leaves none and reports command and stderr.
-func (j *Job) Run(ctx context.Context, compiler string, stdout, stderr io.Writer) error {
-	partial := filepath.Join(j.Dir, partialBinaryDir)
-	if err := os.RemoveAll(partial); err != nil {
-		return err
+// Run runs the compiler in the job's directory, streaming its output, with
+// binDir (absolute, not there yet) as its binary directory; the caller puts
+// it in place when Run succeeds. A failure reports command and stderr.
+func (j *Job) Run(ctx context.Context, compiler, binDir string, stdout, stderr io.Writer) error {
+	args := slices.Clone(j.Args)
+	for i, a := range args {
+		if a == "-aic-binary-dir="+partialBinaryDir {
+			args[i] = "-aic-binary-dir=" + binDir
+		}
 	}
 	var tail tailBuffer
-	cmd := exec.CommandContext(ctx, compiler, j.Args...)
+	cmd := exec.CommandContext(ctx, compiler, args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = j.Dir, stdout, io.MultiWriter(stderr, &tail)
 	if err := cmd.Run(); err != nil {
-		os.RemoveAll(partial)
 		var exit *exec.ExitError
 		code := "could not run"
 		if errors.As(err, &exit) {
@@ -128,14 +132,10 @@ func (j *Job) Run(ctx context.Context, compiler string, stdout, stderr io.Writer
 		return fmt.Errorf("compilation failed (%s)\ncommand (in %s): %s %s\nstderr (last lines):\n%s",
 			code, j.Dir, compiler, strings.Join(j.Args, " "), tail.String())
 	}
-	final := filepath.Join(j.Dir, BinaryDir)
-	if err := os.RemoveAll(final); err != nil {
-		return err
+	if info, err := os.Lstat(binDir); err != nil || !info.IsDir() {
+		return fmt.Errorf("the compiler exited 0 but wrote no binary directory (%s)", binDir)
 	}
-	if _, err := os.Stat(partial); err != nil {
-		return fmt.Errorf("the compiler exited 0 but wrote no %s", partialBinaryDir)
-	}
-	return os.Rename(partial, final)
+	return nil
 }
 
 // tailBuffer keeps the last 8 KiB written.

@@ -1,10 +1,13 @@
 package compile
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/strata-llm/strata/host/outdir"
 )
 
 // compile.sh must run nothing hidden in a path: every path is quoted so sh
@@ -21,8 +24,13 @@ func TestScriptQuotesEveryPath(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
+			d, err := outdir.Open(context.Background(), dir, outdir.Options{Tool: "compile"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
 			j := &Job{Dir: dir, Args: []string{"-m=model $(touch PWNED).onnx", "-aic-hw"}}
-			if err := j.Write(tc.compiler); err != nil {
+			if err := j.Write(d, ".", tc.compiler); err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command("sh", filepath.Join(dir, ScriptFile))

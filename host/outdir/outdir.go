@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	istrata "github.com/strata-llm/strata/internal/atomic"
 )
 
 // Control files of an output directory. They are strata's by construction
@@ -430,7 +432,7 @@ func (d *Dir) matches(want, got Entry) bool {
 		return false
 	}
 	switch want.Kind {
-	case kindDir:
+	case kindDir, kindTree:
 		return got.Kind == kindDir
 	case kindLink:
 		return got.Kind == kindFile
@@ -679,7 +681,7 @@ func (d *Dir) cleanTemps(sessions []string) {
 					if e, err := statAt(dirfd, name); err == nil && (e.Kind == kindFile || e.Kind == kindSymlink) {
 						unix.Unlinkat(dirfd, name, 0)
 					} else if err == nil && e.Kind == kindDir {
-						unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) // empty only
+						removeTree(dirfd, name) // a TempDir another program filled
 					}
 				}
 			}
@@ -697,22 +699,27 @@ func (d *Dir) eachEntry(rel string, fn func(dirfd int, name string)) error {
 		}
 		fd = pfd
 	}
-	// A fresh open, not a dup: a dup shares the directory offset, so a
-	// second listing through it would come back empty.
-	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		d.closeParent(fd)
-		return err
-	}
-	f := os.NewFile(uintptr(dup), rel)
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	sort.Strings(names)
+	names, err := readNames(fd)
 	for _, n := range names {
 		fn(fd, n)
 	}
 	d.closeParent(fd)
 	return err
+}
+
+// readNames lists directory fd, sorted. It reads through a fresh open, not
+// a dup: a dup shares the directory offset, so a second listing through it
+// would come back empty.
+func readNames(fd int) ([]string, error) {
+	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), ".")
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	sort.Strings(names)
+	return names, err
 }
 
 // checkForeign refuses a directory holding anything strata did not make
@@ -1001,18 +1008,27 @@ func (f *File) commit(sync bool) (err error) {
 
 // place records tmp's identity under rel, then renames it there.
 func (d *Dir) place(dirfd int, tmp, rel string) error {
+	return d.placeFrom(dirfd, tmp, dirfd, rel)
+}
+
+// placeFrom records the identity of srcfd/src under rel (in dirfd), then
+// renames it there.
+func (d *Dir) placeFrom(srcfd int, src string, dirfd int, rel string) error {
 	base := path.Base(rel)
 	if _, err := d.checkReplace(dirfd, base, rel); err != nil {
 		return err
 	}
-	e, err := statAt(dirfd, tmp)
+	e, err := statAt(srcfd, src)
 	if err != nil {
 		return err
+	}
+	if e.Kind != kindFile {
+		return fmt.Errorf("%s is not a regular file", d.Join(rel))
 	}
 	if err := d.record(rel, e, true); err != nil {
 		return err
 	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+	if err := unix.Renameat(srcfd, src, dirfd, base); err != nil {
 		return err
 	}
 	d.settle(rel, e)
@@ -1032,9 +1048,20 @@ func (f *File) Abort() {
 
 // WriteFile writes rel atomically.
 func (d *Dir) WriteFile(rel string, data []byte) error {
+	return d.WriteFileMode(rel, data, 0o644)
+}
+
+// WriteFileMode writes rel atomically with mode (less the umask).
+func (d *Dir) WriteFileMode(rel string, data []byte, mode os.FileMode) error {
 	f, err := d.Create(rel)
 	if err != nil {
 		return err
+	}
+	if mode != 0o644 {
+		if err := f.Chmod(mode &^ umask()); err != nil {
+			f.Abort()
+			return fmt.Errorf("writing %s: %w", d.Join(rel), err)
+		}
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Abort()
@@ -1189,7 +1216,11 @@ func (d *Dir) RemoveAll(rel string) error {
 				if d.isDirLocked(p) {
 					flags = unix.AT_REMOVEDIR
 				}
-				err = unix.Unlinkat(dirfd, base, flags)
+				if d.isTree(p) {
+					err = removeTree(dirfd, base)
+				} else {
+					err = unix.Unlinkat(dirfd, base, flags)
+				}
 				if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 					err = fmt.Errorf("%s holds files strata did not write; left in place", d.Join(p))
 				}
@@ -1207,6 +1238,13 @@ func (d *Dir) RemoveAll(rel string) error {
 	return first
 }
 
+func (d *Dir) isTree(rel string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.owned[rel]
+	return ok && e[0].Kind == kindTree
+}
+
 func (d *Dir) isDirLocked(rel string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1219,7 +1257,7 @@ func (d *Dir) Prune(rel string, keep map[string]bool) error {
 	var paths []string
 	d.mu.Lock()
 	for p, e := range d.owned {
-		if strings.HasPrefix(p, rel+"/") && e[0].Kind != kindDir && !keep[p] {
+		if strings.HasPrefix(p, rel+"/") && e[0].Kind != kindDir && e[0].Kind != kindTree && !keep[p] {
 			paths = append(paths, p)
 		}
 	}
@@ -1238,7 +1276,7 @@ func (d *Dir) Files(rel string) []string {
 	var out []string
 	d.mu.Lock()
 	for p, e := range d.owned {
-		if (rel == "." || strings.HasPrefix(p, rel+"/")) && e[0].Kind != kindDir {
+		if (rel == "." || strings.HasPrefix(p, rel+"/")) && e[0].Kind != kindDir && e[0].Kind != kindTree {
 			out = append(out, p)
 		}
 	}
@@ -1340,3 +1378,5 @@ func (d *Dir) sessionsOnDisk() []string {
 	}
 	return d.load().Sessions
 }
+
+func umask() os.FileMode { return istrata.Umask() }

@@ -354,3 +354,59 @@ func TestSharedWriterCleansAKilledWritersTemps(t *testing.T) {
 		s.Close()
 	}
 }
+
+func TestAdoptedTreeReplacesTheEarlierOneWhole(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	outside := filepath.Join(t.TempDir(), "outside")
+	write(t, filepath.Join(outside, "keep"), "user's")
+	for round, content := range []string{"one", "two"} {
+		d := open(t, out)
+		tmp, abs, err := d.TempDir(".", "qpc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another program fills it, a link to outside included.
+		write(t, filepath.Join(abs, "qpc", "programqpc.bin"), content)
+		if err := os.Symlink(outside, filepath.Join(abs, "qpc", "link")); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.AdoptTree(tmp+"/qpc", "qpc"); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if err := d.RemoveTemp(tmp); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+		if got, _ := os.ReadFile(filepath.Join(out, "qpc", "programqpc.bin")); string(got) != content {
+			t.Fatalf("round %d: qpc holds %q", round, got)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(outside, "keep")); string(got) != "user's" {
+		t.Fatal("removing the old tree followed its link out of the directory")
+	}
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix) {
+			t.Errorf("left %s", e.Name())
+		}
+	}
+	// A killed run's filled temporary directory goes at the next Open.
+	d := open(t, out)
+	_, abs, _ := d.TempDir(".", "qpc")
+	write(t, filepath.Join(abs, "qpc", "x"), "partial")
+	d.release()
+	open(t, out).Close()
+	if _, err := os.Stat(abs); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a killed run's temporary directory stays: %v", err)
+	}
+	// The tree is strata's: Remove takes it whole.
+	d = open(t, out)
+	if err := d.Remove("qpc"); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if _, err := os.Stat(filepath.Join(out, "qpc")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("qpc stays: %v", err)
+	}
+}
