@@ -164,7 +164,8 @@ def run_draft(sess, ref, hidden_prefill, hidden_decode, ctx):
 @pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions", "materialize"])
 @pytest.mark.parametrize("name", MTP_FIXTURES)
 def test_mtp_draft_matches_reference(name, mode, tmp_path):
-    """--mtp draft --extra-model mtp: model.onnx also returns the final-norm
+    """--mtp draft (mtp.onnx without --extra-model, which the last mode also
+    names): model.onnx also returns the final-norm
     hidden states (transformers' last_hidden_state, every valid position)
     with unchanged logits; mtp.onnx, fed them, gives the reference draft's
     logits; fed the reference's hidden states too."""
@@ -172,14 +173,14 @@ def test_mtp_draft_matches_reference(name, mode, tmp_path):
     mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
     layer = int(mtp["mtp_layer"])
     out = tmp_path / "out"
-    args = ["--mtp", "draft", "--extra-model", "mtp"]
+    args = ["--mtp", "draft"]
     if mode == "materialize":
         args += ["--weights", "materialize"]
     if mode == "layerwise-subfunctions":
         # windows of one layer: the last window's hidden_states output is
         # hidden_states_final beside its hidden_states input, renamed back
         # when stitched (host/window/io.go ExtraOutputName)
-        args += ["--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows"]
+        args += ["--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows", "--extra-model", "mtp"]
     tc.export(fx.model, out, *args)
     if mode == "layerwise-subfunctions":
         last = onnx.load(tc.window_files(out)[-1], load_external_data=False)

@@ -36,7 +36,14 @@ func (e *exporter) buildSeparateModels(exportOpts *pb.ExportOptions) ([]separate
 	var out []separateModel
 	support, _ := e.plugin.Support(e.ckpt.ModelType)
 	declared := support.GetCapabilities().GetModels()
-	for _, name := range e.opts.Models {
+	names := slices.Clone(e.opts.Models)
+	for _, m := range e.parts.plan.GetModels() {
+		// Asked for by the plugin options already (glm's --mtp draft).
+		if m.GetByDefault() && slices.Contains(declared, m.GetName()) && !slices.Contains(names, m.GetName()) {
+			names = append(names, m.GetName())
+		}
+	}
+	for _, name := range names {
 		if !slices.Contains(declared, name) {
 			return nil, fmt.Errorf("--extra-model %s: plugin %s builds no model %q for %s (it builds: %s)",
 				name, e.plugin.Desc.GetName(), name, e.ckpt.ModelType, listOrNone(declared))

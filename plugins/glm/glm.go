@@ -32,7 +32,7 @@ var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []deco
 		{Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
 			Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"},
 		{Name: optMTP, DefaultValue: mtpSkip, AllowedValues: []string{mtpSkip, mtpDraft},
-			Help: "skip: MTP weights stay out of the graphs; draft: model.onnx also outputs hidden_states and the MTP layer is buildable as mtp.onnx (--extra-model mtp)"},
+			Help: "skip: MTP weights stay out of the graphs; draft: also write the MTP layer as the draft model mtp.onnx, and model.onnx also outputs the hidden_states it reads"},
 	},
 	Load: load,
 }}}

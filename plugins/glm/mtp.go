@@ -156,7 +156,9 @@ func (info mtpInfo) declare(m *decoder.Model, c config) error {
 		return err
 	}
 	m.OutputHidden = true
-	m.AddModel(d.spec(), d.build)
+	spec := d.spec()
+	spec.ByDefault = true // --mtp draft asks for mtp.onnx
+	m.AddModel(spec, d.build)
 	return nil
 }
 

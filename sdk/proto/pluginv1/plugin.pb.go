@@ -1022,11 +1022,15 @@ func (x *MTPLayout) GetKeys() []string {
 // model_name = name) whose formal inputs are the graph inputs or weights and whose
 // formal outputs are the graph outputs. Written as <name>.onnx.
 type ModelSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Inputs        []*IOSpec              `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
-	Outputs       []*IOSpec              `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty"`
-	Help          string                 `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Inputs  []*IOSpec              `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Outputs []*IOSpec              `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	Help    string                 `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	// Built without --extra-model: the options the user gave already ask for
+	// it (glm's --mtp draft). A host that predates the field builds it only
+	// when named.
+	ByDefault     bool `protobuf:"varint,5,opt,name=by_default,json=byDefault,proto3" json:"by_default,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1091,13 @@ func (x *ModelSpec) GetHelp() string {
 		return x.Help
 	}
 	return ""
+}
+
+func (x *ModelSpec) GetByDefault() bool {
+	if x != nil {
+		return x.ByDefault
+	}
+	return false
 }
 
 type Layer struct {
@@ -1827,12 +1838,14 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"convention\x18\x01 \x01(\tR\n" +
 	"convention\x12\x16\n" +
 	"\x06layers\x18\x02 \x03(\x05R\x06layers\x12\x12\n" +
-	"\x04keys\x18\x03 \x03(\tR\x04keys\"\x99\x01\n" +
+	"\x04keys\x18\x03 \x03(\tR\x04keys\"\xb8\x01\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x18.strata.plugin.v1.IOSpecR\x06inputs\x122\n" +
 	"\aoutputs\x18\x03 \x03(\v2\x18.strata.plugin.v1.IOSpecR\aoutputs\x12\x12\n" +
-	"\x04help\x18\x04 \x01(\tR\x04help\"1\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\x12\x1d\n" +
+	"\n" +
+	"by_default\x18\x05 \x01(\bR\tbyDefault\"1\n" +
 	"\x05Layer\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\"T\n" +
