@@ -468,6 +468,9 @@ func catalogue() []catalogueCase {
 		return compileScene(exp, exp, plugins)
 	}})
 	add(catalogueCase{name: "compile --out holding the checkpoint", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		return compileScene(tiny(t, filepath.Join(root, "parent", "ckpt")), filepath.Join(root, "parent"), plugins)
+	}})
+	add(catalogueCase{name: "compile --out holding the checkpoint as export/", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
 		return compileScene(tiny(t, filepath.Join(root, "parent", "export")), filepath.Join(root, "parent"), plugins)
 	}})
 	for _, name := range []string{"compile.sh", "specializations.json", "custom_io.yaml", "qpc/programqpc.bin", "export/model.onnx", "windows/window_0_1/compile.sh", "model.optimized.onnx"} {

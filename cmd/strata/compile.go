@@ -87,11 +87,21 @@ func compileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			extras, err := extraModels(c, exportDir)
+			if err != nil {
+				return err
+			}
 			var ortReport *compile.ORTReport
 			if c.String("backend") == "ort" {
-				ortReport, err = compileORT(c, d, model)
+				if ortReport, err = compileORT(c, d, model, "."); err == nil {
+					for _, x := range extras {
+						if _, err = compileORT(c, d, x.model, x.name); err != nil {
+							break
+						}
+					}
+				}
 			} else {
-				err = compileQAIC(c, d, model, exportDir)
+				err = compileQAIC(c, d, model, exportDir, extras)
 			}
 			if err != nil || !c.Bool("json") {
 				return err
@@ -141,7 +151,9 @@ func checkCompileFlags(c *cli.Context, flags []cli.Flag) error {
 // is adopted whole once the compiler succeeds.
 func openCompileDir(c *cli.Context, src string) (*outdir.Dir, error) {
 	var sources []string
-	if _, err := os.Stat(src); err == nil {
+	if _, err := os.Stat(src); err == nil && !sameFile(src, filepath.Join(c.String("out"), exportSubdir)) {
+		// (OUT/export is compile's own export, compiled again as it is:
+		// compile writes beside it, never in it.)
 		sources = append(sources, src)
 	}
 	return outdir.Open(c.Context, c.String("out"), outdir.Options{Tool: "compile", Sources: sources})
@@ -215,6 +227,13 @@ func summarizeCompile(c *cli.Context, start time.Time, exportDir string, exporte
 	return s
 }
 
+// sameFile reports whether a and b are one file or directory.
+func sameFile(a, b string) bool {
+	ia, err1 := os.Stat(a)
+	ib, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(ia, ib)
+}
+
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -252,7 +271,42 @@ func detectHWVersion() string {
 // exportSubdir is where compile exports a checkpoint it is given.
 const exportSubdir = "export"
 
-func compileQAIC(c *cli.Context, d *outdir.Dir, model *compile.Model, exportDir string) error {
+// extraModel is a separate model of the export compiled beside model.onnx,
+// into OUT/<name>/ (glm's MTP draft mtp.onnx).
+type extraModel struct {
+	name  string
+	model *compile.Model
+}
+
+// extraModels lists the export's other decoder models: every top-level
+// <name>.onnx with a KV cache. One without (a vision encoder) is not
+// compiled with a decoder's specialisations: compile says so and goes on.
+func extraModels(c *cli.Context, exportDir string) ([]extraModel, error) {
+	files, err := filepath.Glob(filepath.Join(exportDir, "*.onnx"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var out []extraModel
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".onnx")
+		if filepath.Base(f) == export.ModelFile {
+			continue
+		}
+		m, err := compile.ReadModel(f)
+		if err != nil {
+			return nil, err
+		}
+		if len(m.Caches) == 0 {
+			fmt.Fprintf(c.App.ErrWriter, "strata: note: %s is not compiled: it has no KV cache, and compile builds a decoder's prefill and decode specialisations\n", filepath.Base(f))
+			continue
+		}
+		out = append(out, extraModel{name: name, model: m})
+	}
+	return out, nil
+}
+
+func compileQAIC(c *cli.Context, d *outdir.Dir, model *compile.Model, exportDir string, extras []extraModel) error {
 	o := qaicOptions(c)
 	compiler := c.String("compiler")
 	if !c.Bool("dry-run") {
@@ -265,13 +319,27 @@ func compileQAIC(c *cli.Context, d *outdir.Dir, model *compile.Model, exportDir 
 	}
 	script := scriptCompiler(c, compiler)
 	if c.Bool("compile-per-window") {
-		return compileWindows(c, d, exportDir, o, compiler, script)
+		if err := compileWindows(c, d, exportDir, o, compiler, script); err != nil {
+			return err
+		}
+	} else if err := compileQAICModel(c, d, model, ".", o, compiler, script); err != nil {
+		return err
 	}
-	job, err := compile.PlanQAIC(model, c.String("out"), o)
+	for _, x := range extras {
+		if err := compileQAICModel(c, d, x.model, x.name, o, compiler, script); err != nil {
+			return fmt.Errorf("%s.onnx: %w", x.name, err)
+		}
+	}
+	return nil
+}
+
+// compileQAICModel compiles one model into directory rel of d.
+func compileQAICModel(c *cli.Context, d *outdir.Dir, model *compile.Model, rel string, o compile.QAIC, compiler, script string) error {
+	job, err := compile.PlanQAIC(model, d.Join(rel), o)
 	if err != nil {
 		return err
 	}
-	if err := job.Write(d, ".", script); err != nil {
+	if err := job.Write(d, rel, script); err != nil {
 		return err
 	}
 	for _, n := range job.Notes {
@@ -288,7 +356,7 @@ func compileQAIC(c *cli.Context, d *outdir.Dir, model *compile.Model, exportDir 
 	if c.Bool("json") || c.Path("stats") == "-" { // stdout holds only JSON
 		compilerOut = c.App.ErrWriter
 	}
-	if err := runJob(c.Context, d, ".", job, compiler, compilerOut, c.App.ErrWriter); err != nil {
+	if err := runJob(c.Context, d, rel, job, compiler, compilerOut, c.App.ErrWriter); err != nil {
 		return err
 	}
 	fmt.Fprintf(textOut(c), "compiled to %s\n", filepath.Join(job.Dir, compile.BinaryDir))
@@ -393,8 +461,9 @@ func runJob(ctx context.Context, d *outdir.Dir, rel string, job *compile.Job, co
 	return d.AdoptTree(tmp+"/"+compile.BinaryDir, path.Join(rel, compile.BinaryDir))
 }
 
-func compileORT(c *cli.Context, d *outdir.Dir, model *compile.Model) (*compile.ORTReport, error) {
-	tmp, tmpAbs, err := d.TempDir(".", "ort")
+// compileORT optimises one model into directory rel of d.
+func compileORT(c *cli.Context, d *outdir.Dir, model *compile.Model, rel string) (*compile.ORTReport, error) {
+	tmp, tmpAbs, err := d.TempDir(rel, "ort") // makes rel too
 	if err != nil {
 		return nil, err
 	}
@@ -408,20 +477,20 @@ func compileORT(c *cli.Context, d *outdir.Dir, model *compile.Model) (*compile.O
 	// Into place; what this run did not make (an earlier run's ORT format) goes.
 	for _, name := range []string{compile.ORTModelFile, compile.ORTDataFile, compile.ORTFormatFile} {
 		if fileExists(filepath.Join(tmpAbs, name)) {
-			err = d.AdoptFile(tmp+"/"+name, name)
+			err = d.AdoptFile(tmp+"/"+name, path.Join(rel, name))
 		} else {
-			err = d.Remove(name)
+			err = d.Remove(path.Join(rel, name))
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	r.Model = d.Join(compile.ORTModelFile)
+	r.Model = d.Join(path.Join(rel, compile.ORTModelFile))
 	if r.ORTFormat != "" {
-		r.ORTFormat = d.Join(compile.ORTFormatFile)
+		r.ORTFormat = d.Join(path.Join(rel, compile.ORTFormatFile))
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
-	if err := d.WriteFile(compile.ORTReportFile, append(data, '\n')); err != nil {
+	if err := d.WriteFile(path.Join(rel, compile.ORTReportFile), append(data, '\n')); err != nil {
 		return nil, err
 	}
 	w := textOut(c)

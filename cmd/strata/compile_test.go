@@ -7,7 +7,10 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // fakeCompiler writes a qaic-compile stand-in that creates the binary
@@ -166,5 +169,63 @@ func TestCompileErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s\nwant %q", code, stderr, tc.want)
 			}
 		})
+	}
+}
+
+var (
+	glmOnce  sync.Once
+	glmBuilt string
+	glmErr   error
+)
+
+// glmPlugins is a directory holding the glm plugin, built once per run.
+func glmPlugins(t *testing.T) string {
+	t.Helper()
+	glmOnce.Do(func() {
+		glmBuilt = filepath.Join(filepath.Dir(llamaDir), "glm")
+		_, glmErr = testbin.Build(glmBuilt, "strata-plugin-glm", "./plugins/glm")
+	})
+	if glmErr != nil {
+		t.Fatal(glmErr)
+	}
+	return glmBuilt
+}
+
+// An export with an MTP draft compiles both models: model.onnx into OUT,
+// mtp.onnx into OUT/mtp with the same specialisations, its own cache IO
+// and a compile.sh that finds ../export/mtp.onnx.
+func TestCompileCompilesTheMTPDraft(t *testing.T) {
+	t.Parallel()
+	compiler := fakeCompiler(t)
+	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "glm-f32-mtp", "model")
+	out := filepath.Join(t.TempDir(), "compiled")
+	code, stdout, stderr := strata(t, "compile", fixture, "--out", out, "--plugin-dir", glmPlugins(t), "--compiler", compiler,
+		"--ctx-len", "128", "--prefill-seq-len", "32", "--mtp", "draft")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for _, dir := range []string{out, filepath.Join(out, "mtp")} {
+		if !fileExists(filepath.Join(dir, "qpc", "programqpc.bin")) {
+			t.Errorf("%s: no qpc", dir)
+		}
+		if !strings.Contains(stdout, "compiled to "+filepath.Join(dir, "qpc")) {
+			t.Errorf("stdout does not say %s was compiled:\n%s", dir, stdout)
+		}
+	}
+	args := string(read(t, filepath.Join(out, "mtp", "qpc", "args.txt")))
+	if !strings.Contains(args, "-m=../export/mtp.onnx") {
+		t.Errorf("the draft's compiler got:\n%s", args)
+	}
+	io := string(read(t, filepath.Join(out, "mtp", "custom_io.yaml")))
+	if !strings.Contains(io, "past_key.2_RetainedState") || strings.Contains(io, "past_key.0") {
+		t.Errorf("the draft's custom IO is not its own cache (layer 2):\n%s", io)
+	}
+	want := string(read(t, filepath.Join(out, "specializations.json")))
+	if got := string(read(t, filepath.Join(out, "mtp", "specializations.json"))); got != want {
+		t.Errorf("the draft's specialisations differ from the main model's:\n%s\n%s", got, want)
+	}
+	// Compiling the export again, as it is, rewrites both in place.
+	if code, _, stderr := strata(t, "compile", filepath.Join(out, "export"), "--out", out, "--compiler", compiler, "--ctx-len", "128", "--prefill-seq-len", "32"); code != 0 {
+		t.Fatalf("re-compile: exit %d:\n%s", code, stderr)
 	}
 }
