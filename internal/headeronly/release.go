@@ -15,6 +15,15 @@ type Release struct {
 	Repo          string `json:"repo"`
 	MaxShardBytes int64  `json:"max_shard_bytes"` // save_pretrained's max_shard_size
 	Shards        int    `json:"shards"`          // the release's shard count
+	// Modes are export modes the bench runs on this release beyond its
+	// common ones (glm's --mtp draft).
+	Modes []ReleaseMode `json:"extra_modes,omitempty"`
+}
+
+// ReleaseMode is one extra export mode: a name and strata's flags.
+type ReleaseMode struct {
+	Name string   `json:"name"`
+	Args []string `json:"args"`
 }
 
 // LoadRelease reads the release in dir.

@@ -116,6 +116,7 @@ type row struct {
 	BytesRead        int64   `json:"checkpoint_bytes_read"`
 	HeaderBytes      int64   `json:"checkpoint_header_bytes"` // config + index + safetensors headers
 	ModelBytes       int64   `json:"model_onnx_bytes"`
+	OtherModelBytes  int64   `json:"other_models_bytes,omitempty"` // mtp.onnx, vision.onnx
 	MarginalMsPerLyr float64 `json:"marginal_ms_per_layer,omitempty"`
 }
 
@@ -162,7 +163,11 @@ func (o options) measureRelease(r headeronly.Release) ([]row, error) {
 	}
 	defer os.RemoveAll(ckpt)
 	var rows []row
-	for _, m := range modes {
+	all := slices.Clone(modes)
+	for _, m := range r.Modes {
+		all = append(all, mode{m.Name, m.Args})
+	}
+	for _, m := range all {
 		x, err := o.measure(ckpt, m)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", r.Name, m.Name, err)
@@ -286,6 +291,9 @@ func (o options) measure(ckpt string, m mode) (row, error) {
 		if err != nil {
 			return row{}, err
 		}
+		if x.OtherModelBytes, err = otherModelBytes(out); err != nil {
+			return row{}, err
+		}
 		walls = append(walls, wall)
 		cpus = append(cpus, s.Host.User+s.Host.System+s.Children.User+s.Children.System)
 		x.HostPeakRSS = max(x.HostPeakRSS, s.Host.PeakRSS)
@@ -298,6 +306,26 @@ func (o options) measure(ckpt string, m mode) (row, error) {
 	}
 	x.WallSeconds, x.CPUSeconds = median(walls), median(cpus)
 	return x, nil
+}
+
+// otherModelBytes sums the export's separate models (every *.onnx but model.onnx).
+func otherModelBytes(out string) (int64, error) {
+	files, err := filepath.Glob(filepath.Join(out, "*.onnx"))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, f := range files {
+		if filepath.Base(f) == "model.onnx" {
+			continue
+		}
+		info, err := os.Stat(f)
+		if err != nil {
+			return 0, err
+		}
+		n += info.Size()
+	}
+	return n, nil
 }
 
 // layersOf reads "N layers" from strata's summary.
@@ -361,11 +389,15 @@ func (r results) print(w io.Writer) {
 	mc := r.Machine
 	fmt.Fprintf(w, "strata %s on %s, %d cores, %d GiB, %s, %s; median of %d runs (peak RSS: largest)\n\n",
 		r.Strata, mc.CPU, mc.Cores, mc.MemoryGiB, mc.OS, mc.Date, r.Runs)
-	fmt.Fprintln(w, "| checkpoint (header-only) | mode | layers | shards | wall | CPU | host peak RSS | plugin peak RSS | read | headers only | model.onnx |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| checkpoint (header-only) | mode | layers | shards | wall | CPU | host peak RSS | plugin peak RSS | read | headers only | model.onnx | other models |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Releases {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f s | %.2f s | %s | %s | %s | %s | %s |\n", x.Release, x.Mode, x.Layers, x.Shards,
-			x.WallSeconds, x.CPUSeconds, mib(x.HostPeakRSS), mib(x.PluginPeakRSS), kb(x.BytesRead), yesNo(x.BytesRead == x.HeaderBytes), mb(x.ModelBytes))
+		other := "–"
+		if x.OtherModelBytes > 0 {
+			other = mb(x.OtherModelBytes)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f s | %.2f s | %s | %s | %s | %s | %s | %s |\n", x.Release, x.Mode, x.Layers, x.Shards,
+			x.WallSeconds, x.CPUSeconds, mib(x.HostPeakRSS), mib(x.PluginPeakRSS), kb(x.BytesRead), yesNo(x.BytesRead == x.HeaderBytes), mb(x.ModelBytes), other)
 	}
 	if len(r.Scaling) == 0 {
 		return
