@@ -260,9 +260,17 @@ def test_materialized_weights_give_the_same_logits(name, tmp_path):
     fx = Fixture(name)
     export(fx.model, tmp_path / "ref")
     reference = fx.run(str(tmp_path / "ref" / "model.onnx"))
-    for label, args in [("whole", []), ("layerwise", ["--layerwise", "--keep-windows"])]:
+    for label, args in [("whole", []), ("layerwise", ["--layerwise", "--keep-windows"]),
+                        ("sharded", ["--shard-size", "50kB"])]:
         out = tmp_path / label
         spec = export(fx.model, out, "--weights", "materialize", *args)
+        if label == "sharded":
+            # save_pretrained's layout: shards and an index naming each weight's
+            with open(out / "weights" / "model.safetensors.index.json") as f:
+                index = json.load(f)["weight_map"]
+            files = {f["path"] for f in spec["files"] if f["kind"] == "materialized"}
+            assert len(files) > 1 and {"weights/" + v for v in index.values()} == files
+            assert set(index) == {w["name"] for w in spec["weights"]}
         assert spec["mode"] == "materialize" and all(w["data"] for w in spec["weights"])
         data = [f for f in spec["files"] if f["kind"] == "materialized"]
         assert data and all(os.path.getsize(out / f["path"]) == f["size"] for f in data)

@@ -298,7 +298,7 @@ func extraModels(c *cli.Context, exportDir string) ([]extraModel, error) {
 			return nil, err
 		}
 		if len(m.Caches) == 0 {
-			fmt.Fprintf(c.App.ErrWriter, "strata: note: %s is not compiled: it has no KV cache, and compile builds a decoder's prefill and decode specialisations\n", filepath.Base(f))
+			note(c, "%s is not compiled: it has no KV cache, and compile builds a decoder's prefill and decode specialisations", filepath.Base(f))
 			continue
 		}
 		out = append(out, extraModel{name: name, model: m})
@@ -343,7 +343,7 @@ func compileQAICModel(c *cli.Context, d *outdir.Dir, model *compile.Model, rel s
 		return err
 	}
 	for _, n := range job.Notes {
-		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
+		note(c, "%s", n)
 	}
 	scriptPath := filepath.Join(job.Dir, compile.ScriptFile)
 	if c.Bool("dry-run") {

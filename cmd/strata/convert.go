@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
 			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			model, err := oneArg(c, "MODEL")
@@ -42,7 +44,7 @@ func convertCommand() *cli.Command {
 				Quantize: c.String("quantize"),
 				Finalize: c.Bool("finalize"),
 				Jobs:     c.Int("jobs"),
-				Progress: c.App.ErrWriter,
+				Progress: progressOut(c),
 				TTY:      isTerminal(c.App.ErrWriter),
 			}
 			if s := c.String("layers"); s != "" {
@@ -60,7 +62,10 @@ func convertCommand() *cli.Command {
 				}
 				return err
 			}
-			reportConvert(c.App.Writer, res, opts)
+			reportConvert(textOut(c), res, opts)
+			if c.Bool("json") {
+				return emitJSON(c, summarizeConvert(res, opts))
+			}
 			return nil
 		},
 	}
@@ -119,4 +124,49 @@ func reportConvert(w io.Writer, res *convert.Result, opts convert.Options) {
 		rate = float64(res.TensorBytes) / s / 1e6
 	}
 	fmt.Fprintf(w, "  in %s; %.1f MB written (%.0f MB/s)\n", res.Elapsed.Round(1e6), float64(res.TensorBytes)/1e6, rate)
+}
+
+// convertSummary is convert's --json result: what the text report says.
+type convertSummary struct {
+	Command      string       `json:"command"`
+	Out          string       `json:"out"`
+	DType        string       `json:"dtype,omitempty"`
+	Quantize     string       `json:"quantize,omitempty"`
+	Layers       int          `json:"layers"`
+	Written      []int        `json:"layers_written"`
+	Kept         []int        `json:"layers_kept"`
+	Finalized    bool         `json:"finalized"`
+	Sources      int          `json:"source_tensors"`
+	Dropped      int          `json:"dropped_tensors"`
+	Outputs      int          `json:"output_tensors"`
+	MTP          []string     `json:"mtp_keys"`
+	TensorBytes  int64        `json:"tensor_bytes_written"`
+	Seconds      float64      `json:"seconds"`
+	Files        []writtenRef `json:"files"`
+	Exclusions   []string     `json:"quantization_exclusions,omitempty"`
+	Quantization string       `json:"quantization,omitempty"`
+}
+
+func summarizeConvert(res *convert.Result, opts convert.Options) convertSummary {
+	s := convertSummary{Command: "convert", Out: res.Out, DType: opts.DType, Quantize: res.Quantization, Layers: res.Layers,
+		Written: orEmpty(res.Written), Kept: orEmpty(res.Kept), Finalized: res.Finalized, Sources: res.Sources, Dropped: res.Dropped,
+		Outputs: res.Outputs, MTP: []string{}, TensorBytes: res.TensorBytes, Seconds: res.Elapsed.Seconds(), Files: []writtenRef{},
+		Exclusions: res.Exclusions}
+	if res.MTP != nil {
+		s.MTP = append(s.MTP, res.MTP.Keys...)
+	}
+	entries, _ := os.ReadDir(res.Out)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && !strings.HasPrefix(e.Name(), ".strata-") {
+			s.Files = append(s.Files, writtenRef{Path: filepath.Join(res.Out, e.Name()), Bytes: info.Size(), What: "convert"})
+		}
+	}
+	return s
+}
+
+func orEmpty(xs []int) []int {
+	if xs == nil {
+		return []int{}
+	}
+	return xs
 }

@@ -40,7 +40,7 @@ func pluginMTP(c *cli.Context, dir string) []convert.MTPDescription {
 		return nil
 	}
 	d := mtpDescription(plan.GetMtp())
-	fmt.Fprintf(c.App.ErrWriter, "strata: MTP layout from plugin %s: %s\n", p.Desc.GetName(), describeMTP(d))
+	info(c, "MTP layout from plugin %s: %s", p.Desc.GetName(), describeMTP(d))
 	return []convert.MTPDescription{d}
 }
 

@@ -49,6 +49,7 @@ func exportFlags() []cli.Flag {
 		&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
 		&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
 		&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
+		&cli.StringFlag{Name: "shard-size", Value: "5GB", Usage: "with --weights materialize: the largest data file, as save_pretrained's max_shard_size (bytes, or with kB, MB, GB, KiB, MiB, GiB); more weights go to model-0000i-of-0000N.safetensors with an index"},
 		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
 		revisionFlag(),
 		&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
@@ -94,7 +95,7 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 	summary := summarizeExport(start, p, ckpt, loc, opts, res)
 	summary.print(textOut(c))
 	for _, n := range res.Notes {
-		fmt.Fprintln(c.App.ErrWriter, "strata: note:", n)
+		note(c, "%s", n)
 	}
 	return res, summary, nil
 }
@@ -105,8 +106,15 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 		ContinuousBatching: c.Bool("continuous-batching"), CCL: c.Bool("ccl"),
 		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
 		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"),
+		Progress: progressOut(c), TTY: isTerminal(c.App.ErrWriter),
 	}
 	var err error
+	if opts.ShardBytes, err = parseSize(c.String("shard-size")); err != nil {
+		return opts, usageError{fmt.Sprintf("--shard-size %q: %v", c.String("shard-size"), err)}
+	}
+	if c.IsSet("shard-size") && opts.Weights != weights.Materialize {
+		return opts, usageError{"--shard-size is for --weights materialize (referenced weights stay in the checkpoint's own shards)"}
+	}
 	if opts.PluginOptions, err = pluginOptions(c); err != nil {
 		return opts, err
 	}

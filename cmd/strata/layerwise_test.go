@@ -65,10 +65,11 @@ func TestLayerwiseUsageErrors(t *testing.T) {
 // moment, a model.onnx present is the complete one, and the next run
 // finishes the export to exactly the bytes of an uninterrupted one.
 func TestKillAndResume(t *testing.T) {
+	plugins := ownPlugins(t, llamaDir) // its own: other tests' plugins run meanwhile
 	t.Parallel()
 	src := testbin.HeaderOnly(t, "llama-3.1-70b")
 	args := func(out string) []string {
-		return []string{"export", src, "--out", out, "--plugin-dir", llamaDir, "--layerwise", "-j", "1"}
+		return []string{"export", src, "--out", out, "--plugin-dir", plugins, "--layerwise", "-j", "1"}
 	}
 	clean := filepath.Join(t.TempDir(), "clean")
 	start := time.Now()
@@ -89,7 +90,7 @@ func TestKillAndResume(t *testing.T) {
 		time.Sleep(time.Duration(rng.Int64N(int64(duration))))
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		requireNoProcesses(t, llamaDir)
+		requireNoProcesses(t, plugins)
 		got, err := os.ReadFile(filepath.Join(out, "model.onnx"))
 		if err == nil && !bytes.Equal(got, want) {
 			t.Fatalf("kill %d: a model.onnx is present but is not the complete model", i)

@@ -277,6 +277,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, notes or text summary (errors, warnings and --json results still print)"},
 		}, append(profileFlags(), statsFlag())...),
 		OnUsageError: onUsageError,
 		Before: func(c *cli.Context) error {

@@ -93,6 +93,25 @@ func strata(t *testing.T, args ...string) (int, string, string) {
 }
 
 // requireNoProcesses fails if any process still runs a binary under dir.
+// ownPlugins is a directory of links to the plugins in dir, so that a test
+// counting plugin processes counts its own only.
+func ownPlugins(t *testing.T, dir string) string {
+	t.Helper()
+	own := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "strata-plugin-") {
+			if err := os.Link(filepath.Join(dir, e.Name()), filepath.Join(own, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return own
+}
+
 func requireNoProcesses(t *testing.T, dir string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -105,8 +124,9 @@ func requireNoProcesses(t *testing.T, dir string) {
 }
 
 func TestArchsListsPlugins(t *testing.T) {
+	plugins := ownPlugins(t, llamaDir) // its own: other tests' plugins run meanwhile
 	t.Parallel()
-	code, out, errOut := strata(t, "archs", "--plugin-dir", llamaDir)
+	code, out, errOut := strata(t, "archs", "--plugin-dir", plugins)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -115,7 +135,7 @@ func TestArchsListsPlugins(t *testing.T) {
 			t.Errorf("archs output lacks %q:\n%s", want, out)
 		}
 	}
-	requireNoProcesses(t, llamaDir)
+	requireNoProcesses(t, plugins)
 }
 
 func TestArchsJSONKeepsBrokenPluginsApart(t *testing.T) {
@@ -165,9 +185,10 @@ func TestExportWithoutPluginSaysWhereItLooked(t *testing.T) {
 }
 
 func TestExportWritesModelAndSpec(t *testing.T) {
+	plugins := ownPlugins(t, llamaDir) // its own: other tests' plugins run meanwhile
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
-	code, stdout, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", llamaDir)
+	code, stdout, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", plugins)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -176,10 +197,10 @@ func TestExportWritesModelAndSpec(t *testing.T) {
 	}
 	model := readModel(t, filepath.Join(out, "model.onnx"))
 	golden(t, "tiny-llama.graph", graphSummary(model))
-	requireNoProcesses(t, llamaDir)
+	requireNoProcesses(t, plugins)
 
 	// A second export into the same directory replaces the first.
-	if code, _, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", llamaDir, "--dtype", "float16"); code != 0 {
+	if code, _, errOut := strata(t, "export", tinyLlama, "--out", out, "--plugin-dir", plugins, "--dtype", "float16"); code != 0 {
 		t.Fatalf("re-export: exit %d: %s", code, errOut)
 	}
 	if got := metadata(readModel(t, filepath.Join(out, "model.onnx")))["strata.compute_dtype"]; got != "float16" {
@@ -319,6 +340,7 @@ func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 }
 
 func TestExportRejectsBadInput(t *testing.T) {
+	plugins := ownPlugins(t, llamaDir) // its own: other tests' plugins run meanwhile
 	t.Parallel()
 	shardedFixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
 	cases := map[string]struct {
@@ -417,7 +439,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 			if tc.out != nil {
 				out = tc.out(t)
 			}
-			args := append([]string{"export", model, "--out", out, "--plugin-dir", llamaDir}, tc.args...)
+			args := append([]string{"export", model, "--out", out, "--plugin-dir", plugins}, tc.args...)
 			code, _, errOut := strata(t, args...)
 			if code == 0 {
 				t.Fatal("export succeeded on bad input")
@@ -433,7 +455,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 			if _, err := os.Stat(out); tc.out == nil && err == nil {
 				t.Error("the output directory this export created is still there after it failed")
 			}
-			requireNoProcesses(t, llamaDir)
+			requireNoProcesses(t, plugins)
 		})
 	}
 }

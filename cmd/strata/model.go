@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/checkpoint"
@@ -32,7 +30,7 @@ func locateModel(c *cli.Context, model string) (checkpoint.Location, error) {
 		return loc, err
 	}
 	if loc.FromCache() && loc.Dir != model {
-		fmt.Fprintf(c.App.ErrWriter, "strata: %s: Hugging Face cache snapshot %s (revision %s) in %s\n", model, short(loc.Commit), loc.Revision, loc.Dir)
+		info(c, "%s: Hugging Face cache snapshot %s (revision %s) in %s", model, short(loc.Commit), loc.Revision, loc.Dir)
 	}
 	return loc, nil
 }

@@ -17,12 +17,13 @@ import (
 // layer functions. Timings are for the benchmarks; this checks it works at
 // full scale and reads headers only.
 func TestQwen3_235BHeaderOnly(t *testing.T) {
+	plugins := ownPlugins(t, qwenDir) // its own: other tests' plugins run meanwhile
 	t.Parallel()
 	src := testbin.HeaderOnly(t, "qwen3-235b-a22b")
 	export := func(args ...string) (string, string) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "out")
-		code, stdout, errOut := strata(t, append([]string{"export", src, "--out", out, "--plugin-dir", qwenDir}, args...)...)
+		code, stdout, errOut := strata(t, append([]string{"export", src, "--out", out, "--plugin-dir", plugins}, args...)...)
 		if code != 0 {
 			t.Fatalf("export %v: exit %d: %s", args, code, errOut)
 		}
@@ -71,5 +72,5 @@ func TestQwen3_235BHeaderOnly(t *testing.T) {
 	if calls != 94 {
 		t.Errorf("%d calls of Qwen3MoeDecoderLayer, want 94", calls)
 	}
-	requireNoProcesses(t, qwenDir)
+	requireNoProcesses(t, plugins)
 }

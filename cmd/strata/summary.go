@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,12 +107,19 @@ func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkp
 	}
 	add(export.SpecFile, "weight_spec")
 	add(weights.QAICSpecFile, "weight_spec")
+	var indexes []string
 	for _, f := range res.Spec.Files {
 		if f.Kind == weights.KindCheckpoint {
 			s.CheckpointFiles++
-		} else {
-			add(f.Path, "weights")
+			continue
 		}
+		add(f.Path, "weights")
+		if idx, ok := weights.IndexOf(f.Path); ok && !slices.Contains(indexes, idx) {
+			indexes = append(indexes, idx)
+		}
+	}
+	for _, idx := range indexes {
+		add(idx, "weights_index")
 	}
 	if n := len(res.WindowsWritten) + len(res.WindowsKept); n > 0 {
 		s.Windows = &windowsRef{Count: n, Written: nonNil(res.WindowsWritten), Kept: nonNil(res.WindowsKept), KeptFiles: opts.KeepWindows}
@@ -144,11 +153,16 @@ func (s *exportSummary) print(w io.Writer) {
 		switch {
 		case f.What == "weight_spec" && filepath.Base(f.Path) == export.SpecFile:
 			extra = fmt.Sprintf(", %d weights", s.GraphWeights)
-			if s.CheckpointFiles > 0 {
+			switch {
+			case s.CheckpointFiles > 0 && s.Weights == weights.Materialize:
+				extra += fmt.Sprintf(" materialised from %s (%s into %s/ as their provenance; the model reads weights/)", plural(s.CheckpointFiles, "checkpoint file"), linkVerb(s.Link), weights.DataDir)
+			case s.CheckpointFiles > 0:
 				extra += fmt.Sprintf(" read from %s, %s into %s/", plural(s.CheckpointFiles, "checkpoint file"), linkVerb(s.Link), weights.DataDir)
 			}
 		case f.What == "weights":
 			extra = ", materialised weights"
+		case f.What == "weights_index":
+			extra = ", index of the materialised shards"
 		}
 		fmt.Fprintf(w, "  %s (%s%s)\n", f.Path, human(f.Bytes, "B"), extra)
 	}
@@ -164,7 +178,7 @@ func (s *exportSummary) print(w io.Writer) {
 	}
 	read := "headers only"
 	if !s.HeadersOnly {
-		read = "config, index and headers; tensor data read for " + map[bool]string{true: "the copies", false: "materialising"}[s.Weights == weights.Reference]
+		read = "config, index and headers, and the tensor data " + map[bool]string{true: "copied", false: "materialised"}[s.Weights == weights.Reference]
 	}
 	fmt.Fprintf(w, "  in %s; read %s of the checkpoint (%s)\n", (time.Duration(s.Seconds * float64(time.Second))).Round(time.Millisecond), human(s.CheckpointBytesRead, "B"), read)
 }
@@ -173,7 +187,7 @@ func (s *exportSummary) print(w io.Writer) {
 // JSON is the output), stderr with --stats - (stdout holds the stats).
 func textOut(c *cli.Context) io.Writer {
 	switch {
-	case c.Bool("json"):
+	case c.Bool("json") || c.Bool("quiet"):
 		return io.Discard
 	case c.Path("stats") == "-":
 		return c.App.ErrWriter
@@ -206,4 +220,46 @@ func withStats(v any, stats any) (any, error) {
 	}
 	m["stats"] = stats
 	return m, nil
+}
+
+// progressOut is where progress of long phases goes: stderr, or nowhere
+// with --quiet.
+func progressOut(c *cli.Context) io.Writer {
+	if c.Bool("quiet") {
+		return nil
+	}
+	return c.App.ErrWriter
+}
+
+// note tells the user something that does not stop the command (not with
+// --quiet).
+func note(c *cli.Context, format string, args ...any) { info(c, "note: "+format, args...) }
+
+// info tells the user what strata found (where the model is, whose MTP
+// layout it takes) on stderr, unless --quiet.
+func info(c *cli.Context, format string, args ...any) {
+	if !c.Bool("quiet") {
+		fmt.Fprintf(c.App.ErrWriter, "strata: "+format+"\n", args...)
+	}
+}
+
+// parseSize reads a byte count: digits, optionally with a decimal (kB,
+// MB, GB, TB) or binary (KiB, MiB, GiB, TiB) unit.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	mult, ok := map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[strings.ToLower(unit)]
+	v, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || num == "" {
+		return 0, fmt.Errorf("give a size such as 5GB, 500MB, 2GiB or a number of bytes")
+	}
+	if n := v * mult; n >= 1 && n < 1<<62 {
+		return int64(n), nil
+	}
+	return 0, fmt.Errorf("the size must be at least one byte")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	syncatomic "sync/atomic"
 
 	"github.com/strata-llm/strata/internal/atomic"
 	"github.com/strata-llm/strata/sdk/dtype"
@@ -218,6 +219,7 @@ func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
 	if _, err := f.ReadAt(data, t.Offset); err != nil {
 		return nil, fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
 	}
+	syncatomic.AddInt64(&c.BytesRead, int64(len(data))) // windows materialise at once
 	return data, nil
 }
 

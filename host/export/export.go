@@ -7,6 +7,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -64,6 +65,14 @@ type Options struct {
 	WindowSize  int  // layers per window (default 1)
 	KeepWindows bool // keep windows/ after stitching
 	Jobs        int  // windows exported at once (default: the number of CPUs)
+
+	// ShardBytes bounds each materialised data file (0: 5 GB), as
+	// save_pretrained's max_shard_size.
+	ShardBytes int64
+	// Progress receives progress of the long phases (copying shards,
+	// materialising weights); nil: none. TTY draws a bar in place.
+	Progress io.Writer
+	TTY      bool
 }
 
 // Result describes a finished export.
@@ -117,7 +126,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
 		return nil, err
 	}
-	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt); err != nil {
+	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt, e.opts); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -279,6 +288,7 @@ func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) 
 		window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}, e.opts.Weights, dataPath)
 	err := a.run()
 	if err == nil {
+		a.table.ShardBytes = e.opts.ShardBytes
 		err = a.table.Layout()
 	}
 	if err != nil {

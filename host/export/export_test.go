@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/host/progress"
+	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/internal/headeronly"
 	"github.com/strata-llm/strata/internal/testbin"
 )
@@ -99,5 +102,37 @@ func TestExportIsByteIdentical(t *testing.T) {
 	}
 	if !bytes.Equal(outs[0], outs[1]) {
 		t.Error("two exports of one checkpoint differ")
+	}
+}
+
+// Copying shards and materialising weights report progress (plain lines
+// here: not a terminal), each phase counting every byte it moves.
+func TestLongPhasesReportProgress(t *testing.T) {
+	delay, every := progress.Delay, progress.LineEvery
+	progress.Delay, progress.LineEvery = 0, time.Millisecond
+	t.Cleanup(func() { progress.Delay, progress.LineEvery = delay, every })
+	ckpt, err := checkpoint.Open(filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shards int64
+	for _, sh := range ckpt.Shards {
+		shards += sh.Size
+	}
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{Link: weights.LinkCopy}, fmt.Sprintf("copying shards into checkpoint/: %s of %s (100%%)", progress.Bytes(shards), progress.Bytes(shards))},
+		{Options{Weights: weights.Materialize}, "materialising weights/model.safetensors: "},
+	} {
+		var out strings.Builder
+		tc.opts.Out, tc.opts.Version, tc.opts.Progress = filepath.Join(t.TempDir(), "out"), "test", &out
+		if _, err := Run(context.Background(), llama, ckpt, tc.opts); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) || !strings.Contains(out.String(), "(100%)") {
+			t.Errorf("progress %q lacks %q", out.String(), tc.want)
+		}
 	}
 }

@@ -133,11 +133,14 @@ func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mute
 		if err := e.out.materialize(e.ctx, a.table); err != nil {
 			return window.Entry{}, false, err
 		}
-		sum, err := window.HashFile(e.out.path(a.table.DataPath))
-		if err != nil {
-			return window.Entry{}, false, err
+		entry.Files = map[string]string{}
+		for _, f := range a.table.DataFiles() {
+			sum, err := window.HashFile(e.out.path(f))
+			if err != nil {
+				return window.Entry{}, false, err
+			}
+			entry.Files[f] = sum
 		}
-		entry.Files = map[string]string{a.table.DataPath: sum}
 	}
 	if err := e.out.WriteFile(s.File(), data); err != nil {
 		return window.Entry{}, false, err
@@ -288,7 +291,7 @@ func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec
 			src, mode = sh.Path, weights.LinkSymlink
 		}
 		dst := window.Dir + "/" + f.Path
-		if err := weights.LinkShard(context.Background(), o.Dir, src, dst, mode); err != nil {
+		if err := weights.LinkShard(context.Background(), o.Dir, src, dst, mode, nil); err != nil {
 			return fmt.Errorf("linking shard %s for the windows: %w", f.Source, err)
 		}
 	}

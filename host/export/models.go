@@ -87,6 +87,7 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	if err := a.place(resp, sdk.NonLayer, name, keepFormal(inputs, resp), outputs); err != nil {
 		return separateModel{}, err
 	}
+	table.ShardBytes = e.opts.ShardBytes
 	if err := table.Layout(); err != nil {
 		return separateModel{}, err
 	}

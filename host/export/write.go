@@ -3,22 +3,29 @@ package export
 import (
 	"context"
 	"fmt"
+	"io"
+	"sync/atomic"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/host/progress"
 	"github.com/strata-llm/strata/host/weights"
 )
 
 // outDir is the export's output directory: strata replaces and deletes in
 // it only what it wrote there itself (host/outdir).
-type outDir struct{ *outdir.Dir }
+type outDir struct {
+	*outdir.Dir
+	progress io.Writer // nil: no progress shown
+	tty      bool
+}
 
 func (o outDir) path(name string) string { return o.Join(name) }
 
 // prepareOut opens (creating it if needed) and locks the output directory,
 // refusing one that holds anything but strata's earlier export or that
 // holds the checkpoint, without changing anything in it.
-func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint) (outDir, error) {
+func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint, opts Options) (outDir, error) {
 	sources := []string{ckpt.Dir}
 	for _, sh := range ckpt.Shards {
 		sources = append(sources, sh.Path)
@@ -27,7 +34,7 @@ func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint) (o
 	if err != nil {
 		return outDir{}, err
 	}
-	return outDir{d}, nil
+	return outDir{Dir: d, progress: opts.Progress, tty: opts.TTY}, nil
 }
 
 // write commits an export: the old model.onnx goes first (a model.onnx
@@ -62,21 +69,30 @@ func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *we
 	return o.WriteFile(ModelFile, model)
 }
 
-// materialize writes t's data file.
+// materialize writes t's data files (and their index when sharded).
 func (o outDir) materialize(ctx context.Context, t *weights.Table) error {
-	f, err := o.Create(t.DataPath)
-	if err != nil {
-		return err
-	}
-	return t.Materialize(ctx, o.path(t.DataPath), f)
+	meter := progress.Start(o.progress, o.tty, "materialising "+t.DataPath, t.DataBytes())
+	defer meter.Stop()
+	return t.Materialize(ctx, materialOut{o}, meter.Add)
 }
 
+// materialOut is the output directory as weights.Table.Materialize writes it.
+type materialOut struct{ o outDir }
+
+func (m materialOut) Create(rel string) (checkpoint.Sink, error) { return m.o.Create(rel) }
+func (m materialOut) WriteFile(rel string, data []byte) error    { return m.o.WriteFile(rel, data) }
+func (m materialOut) Name(rel string) string                     { return m.o.path(rel) }
+
 // pruneWeights removes materialised weight files no weight of spec uses
-// (an earlier export's, with other windows or mode).
+// (an earlier export's, with other windows, shards or mode); the index of
+// sharded files stays with them.
 func (o outDir) pruneWeights(spec *weights.Spec) error {
 	keep := map[string]bool{}
 	for _, f := range spec.Files {
 		keep[f.Path] = true
+		if idx, ok := weights.IndexOf(f.Path); ok {
+			keep[idx] = true
+		}
 	}
 	return o.Prune(WeightsDir, keep)
 }
@@ -95,6 +111,11 @@ func (o outDir) removeModel() error {
 // removes the links a previous export left that this one does not use.
 func (o outDir) linkShards(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
 	keep := map[string]bool{}
+	meter := o.copyMeter(ckpt, spec)
+	defer func() {
+		meter.Stop()
+		atomic.AddInt64(&ckpt.BytesRead, meter.Done()) // copies read every byte
+	}()
 	for _, f := range spec.Files {
 		if f.Kind != weights.KindCheckpoint {
 			continue
@@ -107,9 +128,21 @@ func (o outDir) linkShards(ctx context.Context, ckpt *checkpoint.Checkpoint, spe
 			return fmt.Errorf("the spec names shard %s, which the checkpoint does not have", f.Source)
 		}
 		keep[f.Path] = true
-		if err := weights.LinkShard(ctx, o.Dir, sh.Path, f.Path, f.Link); err != nil {
+		if err := weights.LinkShard(ctx, o.Dir, sh.Path, f.Path, f.Link, meter); err != nil {
 			return fmt.Errorf("linking shard %s: %w", f.Source, err)
 		}
 	}
 	return o.Prune(weights.DataDir, keep)
+}
+
+// copyMeter is the progress of copying the shards --link copy copies (a
+// meter that shows nothing for links).
+func (o outDir) copyMeter(ckpt *checkpoint.Checkpoint, spec *weights.Spec) *progress.Meter {
+	var total int64
+	for _, f := range spec.Files {
+		if sh, ok := ckpt.Shard(f.Source); ok && f.Kind == weights.KindCheckpoint && f.Link == weights.LinkCopy {
+			total += sh.Size
+		}
+	}
+	return progress.Start(o.progress, o.tty, "copying shards into "+weights.DataDir+"/", total)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/host/progress"
 )
 
 // DataDir is the directory, inside the output directory, through which the
@@ -34,7 +35,7 @@ var LinkModes = []string{LinkHard, LinkCopy, LinkSymlink}
 // An existing rel that already is src (a re-export) is kept; strata's own
 // earlier file is replaced; anything else is refused by d. A copy stops
 // when ctx is cancelled.
-func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string) error {
+func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string, meter *progress.Meter) error {
 	switch mode {
 	case LinkHard:
 		return hardLink(d, src, rel)
@@ -46,7 +47,7 @@ func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string) error 
 			return err
 		}
 		defer f.Close()
-		return d.Copy(ctx, f, rel)
+		return d.Copy(ctx, meter.Reader(f), rel)
 	default:
 		return fmt.Errorf("unknown link mode %q", mode)
 	}

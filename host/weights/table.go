@@ -46,6 +46,9 @@ type Table struct {
 	Files   []File
 	// DataPath is where materialised weights go, relative to the model.
 	DataPath string
+	// ShardBytes bounds each materialised data file (0: DefaultShardBytes).
+	ShardBytes int64
+	shards     []dataShard // set by Layout
 }
 
 type pending struct {

@@ -3,7 +3,10 @@ package weights
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,45 +123,113 @@ func TestTableErrorsNameTensorAndFile(t *testing.T) {
 	}
 }
 
-// Materialised bytes land exactly where the initializers and spec say.
+// dirOutput writes materialised files under a directory.
+type dirOutput string
+
+func (d dirOutput) Create(rel string) (checkpoint.Sink, error) {
+	return checkpoint.FileSink(filepath.Join(string(d), rel))
+}
+func (d dirOutput) WriteFile(rel string, data []byte) error {
+	return os.WriteFile(filepath.Join(string(d), rel), data, 0o644)
+}
+func (d dirOutput) Name(rel string) string { return filepath.Join(string(d), rel) }
+
+// Materialised bytes land exactly where the initializers and spec say, in
+// one file or, past ShardBytes, in save_pretrained-named shards with an
+// index naming each weight's shard.
 func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
-	src := source(t)
-	b := graph.New("g")
-	tab := NewTable(src, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
-	for _, wb := range []*pb.WeightBinding{stackBinding("e"), {Key: "norm"}} {
-		if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tab.Layout(); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "weights", "model.safetensors")
-	sink, err := checkpoint.FileSink(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tab.Materialize(context.Background(), out, sink); err != nil {
-		t.Fatal(err)
-	}
-	written, err := checkpoint.OpenFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range tab.Weights() {
-		got, ok := written.Tensor(w.Name)
-		if !ok || got.Offset != w.Data.Offset || got.Length != w.Data.Length {
-			t.Errorf("%s: written at %+v, spec says %+v", w.Name, got, w.Data)
-		}
-	}
-	for _, init := range b.Model(graph.Metadata{}).GetGraph().GetInitializer() {
-		w, _ := written.Tensor(init.GetName())
-		ext := map[string]string{}
-		for _, e := range init.GetExternalData() {
-			ext[e.GetKey()] = e.GetValue()
-		}
-		if ext["location"] != "weights/model.safetensors" || ext["offset"] == "" || w == nil {
-			t.Errorf("initializer %s: %v", init.GetName(), ext)
-		}
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		files   []string
+		sharded bool
+	}{
+		{"one file", 0, []string{"weights/model.safetensors"}, false},
+		{"a shard per weight", 1, []string{"weights/model-00001-of-00002.safetensors", "weights/model-00002-of-00002.safetensors"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := source(t)
+			b := graph.New("g")
+			tab := NewTable(src, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
+			tab.ShardBytes = tc.limit
+			for _, wb := range []*pb.WeightBinding{stackBinding("e"), {Key: "norm"}} {
+				if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tab.Layout(); err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var counted int64
+			if err := tab.Materialize(context.Background(), dirOutput(dir), func(n int64) { counted += n }); err != nil {
+				t.Fatal(err)
+			}
+			if counted != tab.DataBytes() {
+				t.Errorf("counted %d bytes, wrote %d", counted, tab.DataBytes())
+			}
+			want := tc.files
+			if tc.sharded {
+				want = append(slices.Clone(want), "weights/model.safetensors.index.json")
+			}
+			if got := tab.DataFiles(); !slices.Equal(got, want) {
+				t.Fatalf("data files %v, want %v", got, want)
+			}
+			where := map[string]string{} // weight -> file
+			for _, f := range tc.files {
+				written, err := checkpoint.OpenFile(filepath.Join(dir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range written.Keys() {
+					where[k] = f
+				}
+			}
+			for _, w := range tab.Weights() {
+				f := tab.Files[w.Data.File].Path
+				written, _ := checkpoint.OpenFile(filepath.Join(dir, f))
+				got, ok := written.Tensor(w.Name)
+				if !ok || got.Offset != w.Data.Offset || got.Length != w.Data.Length || where[w.Name] != f {
+					t.Errorf("%s: written at %+v in %s, spec says %+v in %s", w.Name, got, where[w.Name], w.Data, f)
+				}
+			}
+			for _, init := range b.Model(graph.Metadata{}).GetGraph().GetInitializer() {
+				ext := map[string]string{}
+				for _, e := range init.GetExternalData() {
+					ext[e.GetKey()] = e.GetValue()
+				}
+				if ext["location"] != where[init.GetName()] || ext["offset"] == "" {
+					t.Errorf("initializer %s: %v, written in %s", init.GetName(), ext, where[init.GetName()])
+				}
+			}
+			if !tc.sharded {
+				return
+			}
+			var idx struct {
+				Metadata  map[string]int64  `json:"metadata"`
+				WeightMap map[string]string `json:"weight_map"`
+			}
+			data, err := os.ReadFile(filepath.Join(dir, tab.IndexPath()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &idx); err != nil {
+				t.Fatal(err)
+			}
+			for name, f := range where {
+				if "weights/"+idx.WeightMap[name] != f {
+					t.Errorf("index puts %s in %s, it is in %s", name, idx.WeightMap[name], f)
+				}
+			}
+			if idx.Metadata["total_size"] != tab.DataBytes() {
+				t.Errorf("index total_size %d, want %d", idx.Metadata["total_size"], tab.DataBytes())
+			}
+			if p, ok := IndexOf(tc.files[0]); !ok || p != tab.IndexPath() {
+				t.Errorf("IndexOf(%s) = %s %v", tc.files[0], p, ok)
+			}
+		})
 	}
 }

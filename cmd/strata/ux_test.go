@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/internal/testbin"
+)
+
+// --shard-size splits materialised weights as save_pretrained does, with
+// an index; the summary lists every file; a bad size or a size without
+// materialise is a usage error.
+func TestMaterialisedWeightsAreSharded(t *testing.T) {
+	t.Parallel()
+	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", llamaDir, "--weights", "materialize", "--shard-size", "100kB")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	shards, _ := filepath.Glob(filepath.Join(out, "weights", "model-*-of-*.safetensors"))
+	if len(shards) < 2 {
+		t.Fatalf("%d shards for 100 kB: %v", len(shards), shards)
+	}
+	for _, f := range append(shards, filepath.Join(out, "weights", "model.safetensors.index.json")) {
+		if !strings.Contains(stdout, f) {
+			t.Errorf("the summary does not list %s:\n%s", f, stdout)
+		}
+		info, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, ".safetensors") && info.Size() > 100_000+4096 { // a header over the data limit
+			t.Errorf("%s is %d bytes, over --shard-size", f, info.Size())
+		}
+	}
+	// Exported again unsharded: the shards and their index go.
+	if code, _, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", llamaDir, "--weights", "materialize"); code != 0 {
+		t.Fatalf("re-export: %s", stderr)
+	}
+	left, _ := filepath.Glob(filepath.Join(out, "weights", "*"))
+	if len(left) != 1 || filepath.Base(left[0]) != "model.safetensors" {
+		t.Errorf("after an unsharded re-export weights/ holds %v", left)
+	}
+	for _, args := range [][]string{{"--shard-size", "5XB", "--weights", "materialize"}, {"--shard-size", "1GB"}, {"--shard-size", "0", "--weights", "materialize"}} {
+		code, _, stderr := strata(t, append([]string{"export", fixture, "--out", filepath.Join(t.TempDir(), "x"), "--plugin-dir", llamaDir}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "--shard-size") {
+			t.Errorf("%v: exit %d, %s", args, code, stderr)
+		}
+	}
+}
+
+// --quiet silences progress, notes and the text summary; errors still
+// print, and --json still gives its one object.
+func TestQuiet(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := strata(t, "--quiet", "export", tinyLlama, "--out", out, "--plugin-dir", llamaDir)
+	if code != 0 || stdout != "" || stderr != "" {
+		t.Errorf("--quiet export: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = strata(t, "-q", "export", tinyLlama, "--out", out, "--plugin-dir", llamaDir, "--json")
+	var v map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v["command"] != "export" {
+		t.Errorf("-q --json: exit %d, stdout %q", code, stdout)
+	}
+	code, _, stderr = strata(t, "-q", "export", filepath.Join(t.TempDir(), "missing"), "--out", out, "--plugin-dir", llamaDir)
+	if code == 0 || !strings.Contains(stderr, "error") {
+		t.Errorf("-q hid an error: exit %d, %q", code, stderr)
+	}
+}
+
+// convert --json is one object with what the text report says.
+func TestConvertJSON(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := strata(t, "convert", tinyLlama, "--out", out, "--dtype", "bfloat16", "--json", "--plugin-dir", llamaDir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var s convertSummary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("%v: %q", err, stdout)
+	}
+	if s.Command != "convert" || !s.Finalized || s.Layers != 2 || len(s.Written) != 2 || s.DType != "bfloat16" || s.TensorBytes == 0 || len(s.Files) < 4 {
+		t.Errorf("summary %+v", s)
+	}
+	for _, f := range s.Files {
+		if info, err := os.Stat(f.Path); err != nil || info.Size() != f.Bytes {
+			t.Errorf("%s: %v", f.Path, err)
+		}
+	}
+}
