@@ -10,6 +10,7 @@ requirements-test.txt. A missing binary or fixture fails; nothing is skipped.
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -484,3 +485,58 @@ def test_demo_greedy_matches_transformers(tmp_path):
     sess = ortrun.session(str(tmp_path / "out" / "model.onnx"))
     got = ortrun.greedy(sess, ref["prompts"], ref["prompt_lengths"], meta["greedy_tokens"], meta["ctx_len"])
     np.testing.assert_array_equal(got, ref["greedy"])
+
+
+def loads(loader, path):
+    """Whether loader really loads the model at path (with its data)."""
+    try:
+        if loader == "onnx":
+            onnx.load(path)
+            onnx.checker.check_model(path)
+        else:
+            ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.parametrize("link", ["auto", "hardlink", "copy", "symlink"])
+def test_check_says_what_the_loaders_do(link, tmp_path):
+    """strata check's verdict for each loader is what onnx and ONNX Runtime
+    do with the export. The default (--link auto) clones where the file
+    system can, which both load; where it cannot it hard-links (ONNX Runtime
+    only), across file systems it copies, saying which; --link copy is what
+    the onnx package loads anywhere. (Run with --basetemp on a btrfs/XFS
+    mount for the reflink case: pytest's tmp_path decides the file system.)"""
+    fx = Fixture("llama-bf16-sharded")
+    src = tmp_path / "src"  # on tmp_path's file system, as the output
+    shutil.copytree(fx.model, src)
+    out = tmp_path / link
+    proc = subprocess.run([STRATA, "export", str(src), "--out", str(out), "--link", link], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "weight_spec.json") as f:
+        used = {f["link"] for f in json.load(f)["files"] if f["kind"] == "checkpoint"}
+    if link == "auto":  # reflink; else hardlink; across file systems, copy: each said
+        assert used in ({"reflink"}, {"hardlink"}, {"copy"}), used
+        assert (used == {"hardlink"}) == ("hard-linked, not cloned" in proc.stderr), proc.stderr
+        assert (used == {"copy"}) == ("shards copied" in proc.stderr), proc.stderr
+    check = subprocess.run([STRATA, "check", str(out), "--json"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    verdicts = {v["loader"]: v["accepts"] for v in json.loads(check.stdout)["loaders"]}
+    model = str(out / "model.onnx")
+    real = {"onnx": loads("onnx", model), "onnxruntime": loads("onnxruntime", model)}
+    assert verdicts == real, (used, verdicts, real)
+    if used <= {"reflink", "copy"}:
+        assert real == {"onnx": True, "onnxruntime": True}
+
+
+def test_check_finds_a_broken_export(tmp_path):
+    fx = Fixture("llama-bf16-sharded")
+    out = tmp_path / "out"
+    export(fx.model, out, "--link", "copy")
+    shard = sorted((out / "checkpoint").iterdir())[0]
+    with open(shard, "r+b") as f:
+        f.truncate(os.path.getsize(shard) // 2)
+    check = subprocess.run([STRATA, "check", str(out)], capture_output=True, text=True)
+    assert check.returncode == 1 and "ends at byte" in check.stdout and "broken" in check.stderr, check
+    assert not loads("onnxruntime", str(out / "model.onnx"))

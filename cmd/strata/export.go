@@ -47,7 +47,7 @@ func exportCommand() *cli.Command {
 func exportFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dtype", Value: "float32", Usage: "compute dtype of the graph: float32 or float16 (weights are cast in-graph)"},
-		&cli.StringFlag{Name: "link", Value: weights.LinkHard, Usage: "how DIR/checkpoint reaches the shards: " + strings.Join(weights.LinkModes, ", ")},
+		&cli.StringFlag{Name: "link", Value: weights.LinkAuto, Usage: "how DIR/checkpoint reaches the shards: auto (reflink where the file system can, else hardlink, saying why), reflink (a copy-on-write clone: every loader, nothing copied; btrfs/XFS), hardlink (nothing copied, any file system; the onnx package refuses it), copy (every loader, the shards' space and time), symlink (for compilers that read the checkpoint; ONNX Runtime refuses it)"},
 		&cli.StringFlag{Name: "weights", Value: weights.Reference, Usage: "reference: initializers point into the checkpoint, transforms are graph nodes; materialize: strata computes the weights into DIR/weights/*.safetensors"},
 		&cli.StringFlag{Name: "shard-size", Value: "5GB", Usage: "with --weights materialize: the largest data file, as save_pretrained's max_shard_size (bytes, or with kB, MB, GB, KiB, MiB, GiB); more weights go to model-0000i-of-0000N.safetensors with an index"},
 		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
@@ -196,6 +196,8 @@ func layerwiseArchs(reg *plugins.Registry) string {
 
 func linkVerb(mode string) string {
 	switch mode {
+	case weights.LinkReflink:
+		return "cloned (reflink)"
 	case weights.LinkCopy:
 		return "copied"
 	case weights.LinkSymlink:

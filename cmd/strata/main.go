@@ -37,7 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { <-ctx.Done(); stop() }()
 
 	app := newApp(stdout, stderr)
-	err := checkCommand(app, args)
+	err := refuseUnknownCommand(app, args)
 	if err == nil {
 		err = app.RunContext(ctx, interspersed(app, args))
 	}
@@ -109,8 +109,8 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 	return usageError{msg + "; see " + where}
 }
 
-// checkCommand refuses an unknown command, suggesting the nearest one.
-func checkCommand(app *cli.App, args []string) error {
+// refuseUnknownCommand refuses an unknown command, suggesting the nearest one.
+func refuseUnknownCommand(app *cli.App, args []string) error {
 	i := 1
 	for i < len(args) && strings.HasPrefix(args[i], "-") {
 		if !isFlag(app.Flags, args[i]) && args[i] != "--help" && args[i] != "-h" && args[i] != "--version" {
@@ -296,7 +296,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return writeStats(c)
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), versionCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), checkCommand(), versionCommand()},
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError

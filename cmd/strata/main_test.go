@@ -428,7 +428,7 @@ func TestExportRejectsBadInput(t *testing.T) {
 			wantErr: []string{"notes.txt", "which strata export did not write"},
 		},
 		"unknown dtype":     {args: []string{"--dtype", "int4"}, wantErr: []string{`"int4"`, "float16", "float32"}},
-		"unknown link mode": {args: []string{"--link", "reflink"}, wantErr: []string{`"reflink"`, "hardlink"}},
+		"unknown link mode": {args: []string{"--link", "hardlinks"}, wantErr: []string{`"hardlinks"`, "hardlink"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -666,7 +666,7 @@ echo "left:"; ls -A "$2/out" 2>/dev/null; exit $code`
 
 func TestOutputOnAnotherFilesystem(t *testing.T) {
 	t.Parallel()
-	code, stderr, left := onSmallFilesystem(t, "4m")
+	code, stderr, left := onSmallFilesystem(t, "4m", "--link", "hardlink")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, stderr)
 	}
@@ -678,9 +678,13 @@ func TestOutputOnAnotherFilesystem(t *testing.T) {
 	if strings.TrimSpace(left) != "" {
 		t.Errorf("the failed export left %q", left)
 	}
-	// The documented fallback works there.
+	// The documented fallback works there, and is what --link auto (the
+	// default) does, saying so.
 	if code, stderr, _ := onSmallFilesystem(t, "4m", "--link", "copy"); code != 0 {
 		t.Errorf("--link copy on another filesystem: exit %d\n%s", code, stderr)
+	}
+	if code, stderr, _ := onSmallFilesystem(t, "4m"); code != 0 || !strings.Contains(stderr, "shards copied") {
+		t.Errorf("--link auto on another filesystem: exit %d\n%s", code, stderr)
 	}
 }
 

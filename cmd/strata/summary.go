@@ -87,7 +87,13 @@ func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkp
 		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
 		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: opts.Link, GraphWeights: len(res.Spec.Weights),
 		CheckpointBytesRead: ckpt.BytesRead, Notes: res.Notes}
-	if s.Link == "" {
+	for _, f := range res.Spec.Files { // what --link auto chose
+		if f.Kind == weights.KindCheckpoint && f.Link != "" {
+			s.Link = f.Link
+			break
+		}
+	}
+	if s.Link == "" || s.Link == weights.LinkAuto {
 		s.Link = weights.LinkHard
 	}
 	s.HeadersOnly = s.Weights == weights.Reference && s.Link != weights.LinkCopy

@@ -33,7 +33,9 @@ type Model struct {
 	Nodes          int
 }
 
-func readProto(path string) (*onnxpb.ModelProto, error) {
+// ReadProto reads an ONNX model file (a regular file only: a FIFO or a
+// device would block or never end).
+func ReadProto(path string) (*onnxpb.ModelProto, error) {
 	// A model is a regular file: a FIFO or a device would block or never end.
 	f, info, err := checkpoint.OpenRegular(path)
 	if err != nil {
@@ -53,7 +55,7 @@ func readProto(path string) (*onnxpb.ModelProto, error) {
 
 // CountNodes counts a model's top-level nodes.
 func CountNodes(path string) (int, error) {
-	m, err := readProto(path)
+	m, err := ReadProto(path)
 	if err != nil {
 		return 0, err
 	}
@@ -62,7 +64,7 @@ func CountNodes(path string) (int, error) {
 
 // ReadModel reads an export's model file.
 func ReadModel(path string) (*Model, error) {
-	m, err := readProto(path)
+	m, err := ReadProto(path)
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,8 @@ type exporter struct {
 	out     outDir
 	// separate are the separate models built, committed with model.onnx.
 	separate []separateModel
+	// notes are the host's own things to tell the user, with the plugin's.
+	notes []string
 }
 
 // Run exports ckpt with plugin p. Options and the plugin's answers are
@@ -129,6 +131,19 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt, e.opts); err != nil {
 		return nil, err
 	}
+	if e.opts.Link == weights.LinkAuto && len(ckpt.Shards) > 0 {
+		var reason string
+		if e.opts.Link, reason = weights.ResolveAuto(e.out.Dir, ckpt.Shards[0].Path); reason != "" {
+			e.notes = append(e.notes, reason)
+		}
+		for _, m := range e.separate { // built before the directory was there to probe
+			for i := range m.spec.Files {
+				if m.spec.Files[i].Link == weights.LinkAuto {
+					m.spec.Files[i].Link = e.opts.Link
+				}
+			}
+		}
+	}
 	defer func() {
 		if err != nil {
 			e.out.Discard()
@@ -148,7 +163,7 @@ func checkOptions(opts Options) (Options, dtype.DType, error) {
 		return opts, 0, err
 	}
 	if opts.Link == "" {
-		opts.Link = weights.LinkHard
+		opts.Link = weights.LinkAuto
 	}
 	if !slices.Contains(weights.LinkModes, opts.Link) {
 		return opts, 0, fmt.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
@@ -331,6 +346,7 @@ func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
 	if n := mtpLeftOut(e.parts.plan.GetMtp(), spec); n != "" {
 		res.Notes = append(res.Notes, n)
 	}
+	res.Notes = append(res.Notes, e.notes...)
 	return res
 }
 

@@ -3,6 +3,7 @@ package outdir
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 
@@ -162,4 +163,65 @@ func removeTree(dirfd int, name string) error {
 		return err
 	}
 	return unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+}
+
+// ErrNoClone is wrapped by Clone's error when the file system cannot share
+// a file's blocks between two files (reflink): ext4 for one.
+var ErrNoClone = errors.New("the file system cannot clone files (reflink)")
+
+// Clone makes rel a copy-on-write clone of the regular file src (absolute,
+// outside d): a file of its own (one link, its own inode) sharing src's
+// blocks, so nothing is copied. A file system without reflink, or src on
+// another file system, gives an error wrapping ErrNoClone.
+func (d *Dir) Clone(src, rel string) error {
+	f, err := d.cloneTemp(src, rel)
+	if err != nil {
+		return err
+	}
+	return f.CommitUnsynced() // the clone shares blocks already on disk
+}
+
+// CanClone tries a clone of src into a temporary file, removed at once:
+// nil when Clone would work from src's file system into d.
+func (d *Dir) CanClone(src string) error {
+	f, err := d.cloneTemp(src, ".strata-probe")
+	if err == nil {
+		f.Abort()
+	}
+	return err
+}
+
+// cloneTemp clones src into the temporary file of rel.
+func (d *Dir) cloneTemp(src, rel string) (*File, error) {
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: src, Err: err}
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", src)
+	}
+	f, err := d.Create(rel)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.IoctlFileClone(int(f.Fd()), sfd); err != nil {
+		f.Abort()
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			return nil, fmt.Errorf("cloning %s as %s: %w: %w", src, d.Join(rel), ErrNoClone, err)
+		}
+		return nil, fmt.Errorf("cloning %s as %s: %w", src, d.Join(rel), err)
+	}
+	return f, nil
+}
+
+// CanLink tries a hard link of src into a temporary name, removed at once:
+// nil when Link would work from src's file system into d.
+func (d *Dir) CanLink(src string) error {
+	tmp := d.tempName("probe")
+	if err := unix.Linkat(unix.AT_FDCWD, src, d.fd, tmp, 0); err != nil {
+		return &os.LinkError{Op: "link", Old: src, New: d.Join(tmp), Err: err}
+	}
+	return unix.Unlinkat(d.fd, tmp, 0)
 }

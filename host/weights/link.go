@@ -16,19 +16,51 @@ import (
 // model reaches the checkpoint's shards.
 const DataDir = "checkpoint"
 
-// How shards are made reachable from the output directory. ONNX Runtime
-// (≥ 1.24) refuses external data that resolves outside the model's directory,
-// symlinks followed, so a symlink only serves compilers that read the
-// checkpoint themselves; a hard link is the same file under a second name,
-// inside the directory, with nothing copied.
+// How shards are made reachable from the output directory, and who loads
+// the result:
+//   - reflink: a copy-on-write clone, a file of its own sharing the
+//     shard's blocks (nothing copied; btrfs, XFS, bcachefs, not ext4):
+//     ONNX Runtime and the onnx package load it;
+//   - hardlink: the same file under a second name (nothing copied, any
+//     POSIX file system): ONNX Runtime loads it; the onnx package refuses
+//     any external data file with more than one link;
+//   - copy: the bytes copied (the disk space and time of the shards): every
+//     loader;
+//   - symlink: ONNX Runtime (≥ 1.24) and the onnx package refuse external
+//     data reached through a link; for compilers that read the checkpoint
+//     themselves.
+//
+// auto, the default, clones where the file system can, hard-links where it
+// cannot, and copies when the output is on another file system, saying so.
 const (
+	LinkAuto    = "auto"
+	LinkReflink = "reflink"
 	LinkHard    = "hardlink"
 	LinkCopy    = "copy"
 	LinkSymlink = "symlink"
 )
 
 // LinkModes lists the accepted --link values.
-var LinkModes = []string{LinkHard, LinkCopy, LinkSymlink}
+var LinkModes = []string{LinkAuto, LinkReflink, LinkHard, LinkCopy, LinkSymlink}
+
+// ResolveAuto chooses what --link auto does for a shard at src into d:
+// reflink when a probe clone of src succeeds, else hardlink, with the
+// reason to tell the user.
+func ResolveAuto(d *outdir.Dir, src string) (mode, reason string) {
+	err := d.CanClone(src)
+	if err == nil {
+		return LinkReflink, ""
+	}
+	why := err.Error()
+	var errno syscall.Errno
+	if errors.Is(err, outdir.ErrNoClone) && errors.As(err, &errno) {
+		why = fmt.Sprintf("%v: %v", outdir.ErrNoClone, errno)
+	}
+	if lerr := d.CanLink(src); lerr != nil {
+		return LinkCopy, fmt.Sprintf("--link auto: shards copied: they can be neither cloned (%s) nor hard-linked (%v) into the output; put --out on the checkpoint's file system to reference them in place", why, errors.Unwrap(lerr))
+	}
+	return LinkHard, fmt.Sprintf("--link auto: shards hard-linked, not cloned (%s); ONNX Runtime loads the export, the onnx package refuses hard-linked external data (onnx.load, onnx.checker): pass --link copy for it", why)
+}
 
 // LinkShard makes rel inside d reach the shard file src (absolute, symlinks
 // resolved: the file itself, not a Hugging Face cache link to it) by mode.
@@ -37,6 +69,11 @@ var LinkModes = []string{LinkHard, LinkCopy, LinkSymlink}
 // when ctx is cancelled.
 func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string, meter *progress.Meter) error {
 	switch mode {
+	case LinkReflink:
+		if err := d.Clone(src, rel); err != nil {
+			return fmt.Errorf("%w: pass --link hardlink (ONNX Runtime only) or --link copy", err)
+		}
+		return nil
 	case LinkHard:
 		return hardLink(d, src, rel)
 	case LinkSymlink:
