@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/internal/headeronly"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/hf"
@@ -435,5 +437,39 @@ func TestVisionInputsErrors(t *testing.T) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The Qwen3-VL-235B-A22B release (bench/configs, header-only tensors as
+// it stores them) plans with vision inputs: 94 layers, its three DeepStack
+// indexes on layers 0..2, hidden 4096, and Check still supports it.
+func TestVisionInputs235B(t *testing.T) {
+	config, err := os.ReadFile("../../bench/configs/qwen3-vl-235b-a22b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := headeronly.Tensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &pb.Model{ConfigJson: config}
+	for _, x := range tensors {
+		m.Tensors = append(m.Tensors, &pb.TensorInfo{Key: x.Name, Dtype: x.DType, Shape: x.Shape})
+	}
+	if ok, reasons := check(t, m); !ok {
+		t.Fatal(reasons)
+	}
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: visionOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range plan.GetLayers()[:4] {
+		kinds = append(kinds, l.GetKind())
+	}
+	deep := plan.GetExtraInputs()[2].GetShape()
+	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds, []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
+		deep[0].GetSize() != 3 || deep[2].GetSize() != 4096 || plan.GetPositionRows() != 4 {
+		t.Errorf("%d layers, kinds %v, deepstack_features %v, rows %d", len(plan.GetLayers()), kinds, deep, plan.GetPositionRows())
 	}
 }
