@@ -127,12 +127,13 @@ def hub_experts(model_dir):
 
 
 @torch.no_grad()
-def reference(model, prompts, decode_tokens):
-    """[1 + steps, batch, vocab]: text only, one sequence at a time."""
+def reference(model, prompts, decode_tokens, prefill_inputs=None):
+    """[1 + steps, batch, vocab]: one sequence at a time, text only or with
+    prefill_inputs[b] (its images) passed to sequence b's prefill."""
     g = helpers()
     steps = [[] for _ in range(1 + g.DECODE_STEPS)]
     for b, prompt in enumerate(prompts):
-        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True, **(prefill_inputs[b] if prefill_inputs else {}))
         steps[0].append(out.logits[0, -1].numpy())
         past = out.past_key_values
         for s in range(g.DECODE_STEPS):
@@ -196,18 +197,12 @@ def vision_prompts_reference(model_dir, dest, seed, high):
     gen = torch.Generator().manual_seed(seed + 1)
     pixels = [torch.randn(int(np.prod(grid)), width, generator=gen) for grid in PROMPT_IMAGES]
     owner = [item for layout in PROMPT_LAYOUT for item in layout if item != "t"]  # image order, row-major
-    steps = [[] for _ in range(1 + g.DECODE_STEPS)]
+    images = []
     for b, layout in enumerate(PROMPT_LAYOUT):
         mine = [k for k in owner if k in layout]
-        out = model(input_ids=torch.tensor([prompts[b]]), mm_token_type_ids=torch.tensor([types[b]]),
-                    pixel_values=torch.cat([pixels[k] for k in mine]),
-                    image_grid_thw=torch.tensor([PROMPT_IMAGES[k] for k in mine]), use_cache=True)
-        steps[0].append(out.logits[0, -1].numpy())
-        past = out.past_key_values
-        for s in range(g.DECODE_STEPS):
-            out = model(input_ids=torch.tensor([[decode_tokens[b][s]]]), past_key_values=past, use_cache=True)
-            steps[s + 1].append(out.logits[0, -1].numpy())
-            past = out.past_key_values
+        images.append(dict(mm_token_type_ids=torch.tensor([types[b]]), pixel_values=torch.cat([pixels[k] for k in mine]),
+                           image_grid_thw=torch.tensor([PROMPT_IMAGES[k] for k in mine])))
+    logits = reference(model, prompts, decode_tokens, images)
     ids = g.pad(prompts)
     lengths = np.array([len(p) for p in prompts], dtype=np.int64)
     mask = torch.tensor(np.arange(ids.shape[1])[None, :] < lengths[:, None], dtype=torch.int64)
@@ -218,7 +213,7 @@ def vision_prompts_reference(model_dir, dest, seed, high):
                         decode_tokens=np.array(decode_tokens, dtype=np.int64),
                         pixel_values=torch.cat([pixels[k] for k in owner]).numpy(),
                         image_grid_thw=np.array([PROMPT_IMAGES[k] for k in owner], dtype=np.int64),
-                        logits=np.stack([np.stack(s) for s in steps]).astype(np.float32),
+                        logits=logits,
                         rope_position_ids=rope.numpy(), rope_deltas=deltas.numpy().reshape(-1))
 
 
