@@ -772,8 +772,8 @@ type PlanResponse struct {
 	// rows, row 0 also the sequence position) or 4 ([4, batch_size, seq_len]:
 	// row 0 the sequence position, which writes and reads the cache, rows
 	// 1..3 MRoPE's t/h/w, as transformers' Qwen3-VL takes them). A capability
-	// field: a host that predates it declares 3 rows, and the plugin's parts
-	// then fail to load on the shape.
+	// field: a host that predates it declares 3 rows; a plugin asks for 4 only
+	// with extra_inputs (vision inputs), which such a host cannot assemble.
 	PositionRows int32 `protobuf:"varint,12,opt,name=position_rows,json=positionRows,proto3" json:"position_rows,omitempty"`
 	// Graph inputs after position_ids (e.g. vision_embeds), declared in the
 	// whole model and in every window of a layerwise export unless already an
