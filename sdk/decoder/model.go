@@ -74,7 +74,7 @@ type Kind struct {
 	// declare inputs): a step after the layer that belongs to these layers
 	// alone, like Qwen3-VL's DeepStack features added after the first
 	// layers. A kind is one ONNX function, so such layers are kinds of
-	// their own (Kind.With).
+	// their own (Model.With).
 	Post func(l *Layer, hidden fn.Value) fn.Value
 }
 
