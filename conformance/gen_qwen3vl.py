@@ -45,6 +45,15 @@ VISION_GRIDS = [[1, 4, 4], [2, 2, 6]]
 # hidden 64 ≠ 2 × 24: the fused experts' orientation shows in their shapes.
 MOE = dict(moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])
 
+# Special tokens inside the tiny vocabulary (the Hub ids are past it), for
+# the fixtures with image prompts; their text tokens stay below them.
+VISION_TOKENS = dict(image_token_id=124, vision_start_token_id=125, vision_end_token_id=126, video_token_id=127)
+# vision_prompts.npz: a batch of two prompts with images (a text token is
+# "t", an image k is its image tokens between vision_start and vision_end),
+# row-major over the batch: images[k] is the grid of image k.
+PROMPT_IMAGES = [[1, 4, 4], [2, 2, 6], [1, 2, 2]]
+PROMPT_LAYOUT = [["t", "t", "t", 0, "t", "t"], ["t", 1, "t", 2, "t"]]
+
 QWEN3VL_SPEC = {
     # name: (text_config overrides, dtype, options); top-level config keys under options["top"]
     "qwen3vl-f32-dense": (dict(), "float32", {"seed": 3001}),
@@ -56,6 +65,10 @@ QWEN3VL_SPEC = {
     "qwen3vl-moe-bf16-hub-sparse": (dict(MOE, num_hidden_layers=4, num_experts=12, num_experts_per_tok=4,
                                          decoder_sparse_step=2, norm_topk_prob=False), "bfloat16",
                                     {"seed": 3004, "hub_experts": True}),
+    # With image prompts (vision_prompts.npz) for model.onnx's vision inputs.
+    "qwen3vl-f32-dense-vision": (dict(), "float32", {"seed": 3005, "top": VISION_TOKENS, "vision_prompts": True}),
+    "qwen3vl-moe-f32-vision": (dict(MOE, num_hidden_layers=3, mlp_only_layers=[1]), "float32",
+                               {"seed": 3006, "top": VISION_TOKENS, "vision_prompts": True}),
 }
 
 
@@ -114,12 +127,13 @@ def hub_experts(model_dir):
 
 
 @torch.no_grad()
-def reference(model, prompts, decode_tokens):
-    """[1 + steps, batch, vocab]: text only, one sequence at a time."""
+def reference(model, prompts, decode_tokens, prefill_inputs=None):
+    """[1 + steps, batch, vocab]: one sequence at a time, text only or with
+    prefill_inputs[b] (its images) passed to sequence b's prefill."""
     g = helpers()
     steps = [[] for _ in range(1 + g.DECODE_STEPS)]
     for b, prompt in enumerate(prompts):
-        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True, **(prefill_inputs[b] if prefill_inputs else {}))
         steps[0].append(out.logits[0, -1].numpy())
         past = out.past_key_values
         for s in range(g.DECODE_STEPS):
@@ -148,11 +162,66 @@ def vision_reference(model_dir, dest, seed):
                         vision_embeds=embeds.numpy(), deepstack_features=deep.numpy())
 
 
+def image_prompts(rng, cfg, high):
+    """PROMPT_LAYOUT as token ids: input_ids per sequence and
+    mm_token_type_ids (1 at image tokens, as the processor gives them)."""
+    merge = cfg.vision_config.spatial_merge_size
+    prompts, types = [], []
+    for layout in PROMPT_LAYOUT:
+        ids = []
+        for item in layout:
+            if item == "t":
+                ids.append(int(rng.integers(3, high)))
+                continue
+            t, h, w = PROMPT_IMAGES[item]
+            ids += [cfg.vision_start_token_id] + [cfg.image_token_id] * (t * (h // merge) * (w // merge)) + [cfg.vision_end_token_id]
+        prompts.append(ids)
+        types.append([int(i == cfg.image_token_id) for i in ids])
+    return prompts, types
+
+
+@torch.no_grad()
+def vision_prompts_reference(model_dir, dest, seed, high):
+    """vision_prompts.npz: the PROMPT_LAYOUT batch, its images'
+    pixel_values, and transformers' logits with them (prefill, then decode
+    steps, one sequence at a time, its own images only), and
+    get_rope_index's position_ids [3, batch, seq] and deltas for the
+    right-padded batch."""
+    g = helpers()
+    model = load(model_dir)
+    cfg = model.config
+    rng = np.random.default_rng(seed + 1)
+    prompts, types = image_prompts(rng, cfg, high)
+    decode_tokens = [rng.integers(3, high, size=g.DECODE_STEPS).tolist() for _ in prompts]
+    width = cfg.vision_config.in_channels * cfg.vision_config.temporal_patch_size * cfg.vision_config.patch_size ** 2
+    gen = torch.Generator().manual_seed(seed + 1)
+    pixels = [torch.randn(int(np.prod(grid)), width, generator=gen) for grid in PROMPT_IMAGES]
+    owner = [item for layout in PROMPT_LAYOUT for item in layout if item != "t"]  # image order, row-major
+    images = []
+    for b, layout in enumerate(PROMPT_LAYOUT):
+        mine = [k for k in owner if k in layout]
+        images.append(dict(mm_token_type_ids=torch.tensor([types[b]]), pixel_values=torch.cat([pixels[k] for k in mine]),
+                           image_grid_thw=torch.tensor([PROMPT_IMAGES[k] for k in mine])))
+    logits = reference(model, prompts, decode_tokens, images)
+    ids = g.pad(prompts)
+    lengths = np.array([len(p) for p in prompts], dtype=np.int64)
+    mask = torch.tensor(np.arange(ids.shape[1])[None, :] < lengths[:, None], dtype=torch.int64)
+    rope, deltas = model.model.get_rope_index(torch.tensor(ids), mm_token_type_ids=torch.tensor(g.pad(types)),
+                                              image_grid_thw=torch.tensor([PROMPT_IMAGES[k] for k in owner]),
+                                              attention_mask=mask)
+    np.savez_compressed(os.path.join(dest, "vision_prompts.npz"), prompts=ids, prompt_lengths=lengths,
+                        decode_tokens=np.array(decode_tokens, dtype=np.int64),
+                        pixel_values=torch.cat([pixels[k] for k in owner]).numpy(),
+                        image_grid_thw=np.array([PROMPT_IMAGES[k] for k in owner], dtype=np.int64),
+                        logits=logits,
+                        rope_position_ids=rope.numpy(), rope_deltas=deltas.numpy().reshape(-1))
+
+
 def generate_fixture(dest, name, overrides, dtype, options):
     g = helpers()
     seed = options["seed"]
     rng = np.random.default_rng(seed)
-    vocab = TEXT["vocab_size"]
+    vocab = min([TEXT["vocab_size"]] + [v for k, v in options.get("top", {}).items() if k.endswith("token_id")])
     prompts = [rng.integers(3, vocab, size=n).tolist() for n in g.PROMPT_LENGTHS]
     decode_tokens = [rng.integers(3, vocab, size=g.DECODE_STEPS).tolist() for _ in g.PROMPT_LENGTHS]
     if os.path.exists(dest):
@@ -167,6 +236,8 @@ def generate_fixture(dest, name, overrides, dtype, options):
         hub = reference(load(model_dir), prompts, decode_tokens)
         assert np.array_equal(hub, logits), "transformers reads the Hub orientation back differently"
     vision_reference(model_dir, dest, seed)
+    if options.get("vision_prompts"):
+        vision_prompts_reference(model_dir, dest, seed, vocab)
     arrays = dict(logits=logits, prompt_lengths=np.array(g.PROMPT_LENGTHS, dtype=np.int64),
                   prompts=g.pad(prompts), decode_tokens=np.array(decode_tokens, dtype=np.int64))
     meta = dict(name=name, checkpoint_dtype=dtype, ctx_len=g.CTX_LEN, decode_steps=g.DECODE_STEPS,

@@ -31,11 +31,12 @@ def prefill_positions(lengths, width):
     return np.where(ar < np.asarray(lengths)[:, None], ar, -1).astype(np.int64)
 
 
-def step(sess, input_ids, position_ids, caches):
+def step(sess, input_ids, position_ids, caches, extra=None):
+    """One step; extra holds further graph inputs by name (vision_embeds)."""
     if hasattr(sess, "step"):  # Windows, or another runner of several models
-        return sess.step(input_ids, position_ids, caches)
+        return sess.step(input_ids, position_ids, caches, **({"extra": extra} if extra else {}))
     names = [o.name for o in sess.get_outputs()]
-    feeds = {"input_ids": input_ids, "position_ids": position_ids, **caches}
+    feeds = {"input_ids": input_ids, "position_ids": position_ids, **caches, **(extra or {})}
     outs = dict(zip(names, sess.run(names, feeds)))
     retained = {k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")}
     return outs["logits"], retained
@@ -86,15 +87,18 @@ class Windows:
     def get_inputs(self):
         return [i for s in self.sessions for i in s.get_inputs() if i.name.startswith("past_")]
 
-    def step(self, input_ids, position_ids, caches):
+    def step(self, input_ids, position_ids, caches, extra=None):
+        """extra: further graph inputs by name, fed to the windows that
+        declare them (so is input_ids, an input of later windows too when
+        the model has vision inputs)."""
         hidden, retained = None, {}
         for s in self.sessions:
             names = [o.name for o in s.get_outputs()]
+            declared = {i.name for i in s.get_inputs()}
             feeds = {i.name: caches[i.name] for i in s.get_inputs() if i.name.startswith("past_")}
             feeds["position_ids"] = position_ids
-            if hidden is None:
-                feeds["input_ids"] = input_ids
-            else:
+            feeds.update({k: v for k, v in {"input_ids": input_ids, **(extra or {})}.items() if k in declared})
+            if hidden is not None:
                 feeds["hidden_states"] = hidden
             outs = dict(zip(names, s.run(names, feeds)))
             hidden = outs.get("hidden_states_out")

@@ -13,8 +13,9 @@ import numpy as np
 import onnx
 import pytest
 
+import mrope
 import ortrun
-from test_conformance import FIXTURES, TOLERANCE, Fixture, export, max_diff_per_step, window_files
+from test_conformance import FIXTURES, FIXTURES_DIR, TOLERANCE, Fixture, export, max_diff_per_step, window_files
 
 QWEN3VL = [n for n in FIXTURES if n.startswith("qwen3vl")]
 MOE = [n for n in QWEN3VL if n.startswith("qwen3vl-moe")]
@@ -208,3 +209,181 @@ def test_vision_onnx_full_check(tmp_path):
     fx = Fixture("qwen3vl-moe-bf16-hub-sparse")
     _, out = vision_session(fx, tmp_path, "--link", "copy")
     onnx.checker.check_model(str(out / "vision.onnx"), full_check=True)
+
+
+# model.onnx with vision inputs (--vision true) against transformers'
+# Qwen3VL(Moe)ForConditionalGeneration given pixel_values: the fixtures'
+# vision_prompts.npz batch of two prompts with three images (one image
+# spans two frames), fed strata's own vision.onnx outputs for them, with
+# position_ids from conformance/mrope.py.
+VISION = [n for n in QWEN3VL if os.path.exists(os.path.join(FIXTURES_DIR, n, "vision_prompts.npz"))]
+VISION_ARGS = ["--vision", "true", "--extra-model", "vision"]
+
+
+class VisionPrompts:
+    def __init__(self, name):
+        self.fx = Fixture(name)
+        self.ref = np.load(os.path.join(self.fx.dir, "vision_prompts.npz"))
+        top = json.load(open(os.path.join(self.fx.model, "config.json")))
+        self.image_token = top["image_token_id"]
+        self.merge = top["vision_config"]["spatial_merge_size"]
+        self.ctx_len = self.fx.meta["ctx_len"]
+
+    def positions(self):
+        return mrope.prefill(self.ref["prompts"], self.ref["prompt_lengths"], self.ref["image_grid_thw"],
+                             self.image_token, self.merge)
+
+    def export(self, out, *args):
+        export(self.fx.model, out, *VISION_ARGS, *args)
+        sess = ortrun.session(str(out / "vision.onnx"))
+        embeds, deep = image_features(sess, self.ref["pixel_values"], self.ref["image_grid_thw"])
+        return {"vision_embeds": embeds, "deepstack_features": deep}
+
+
+def no_rows(rows):
+    """The vision inputs of a step without image tokens: 0 rows."""
+    return {k: v[..., :0, :] for k, v in rows.items()}
+
+
+def vision_run(vp, runner, rows):
+    """Logits [1 + steps, batch, vocab]: a padded prefill with the images'
+    rows, then decode steps with 0 rows."""
+    ref = vp.ref
+    pos, deltas = vp.positions()
+    prompts, lengths, tokens = ref["prompts"], ref["prompt_lengths"], ref["decode_tokens"]
+    caches = ortrun.empty_caches(runner, prompts.shape[0], vp.ctx_len)
+    logits, caches = ortrun.step(runner, prompts, pos, caches, rows)
+    out = [logits[:, 0, :]]
+    for s in range(tokens.shape[1]):
+        step_pos = mrope.decode((lengths + s)[:, None], deltas)
+        logits, caches = ortrun.step(runner, tokens[:, s : s + 1].astype(np.int64), step_pos, caches, no_rows(rows))
+        out.append(logits[:, 0, :])
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_mrope_helper_matches_get_rope_index(name):
+    """conformance/mrope.py's rows 1..3 are get_rope_index's at every valid
+    position, its deltas transformers' rope deltas; row 0 is the sequence
+    position, −1 for padding."""
+    vp = VisionPrompts(name)
+    pos, deltas = vp.positions()
+    lengths = vp.ref["prompt_lengths"]
+    valid = np.arange(pos.shape[2])[None, :] < lengths[:, None]
+    assert np.array_equal(pos[1:][:, valid], vp.ref["rope_position_ids"][:, valid])
+    assert np.array_equal(deltas, vp.ref["rope_deltas"]) and deltas.min() < 0  # the images shorten the rows
+    assert np.array_equal(pos[0], ortrun.prefill_positions(lengths, pos.shape[2]))
+    assert np.all(pos[:, ~valid] == -1)
+    step = mrope.decode(np.array([[5], [-1]]), np.array([-2, 3]))
+    assert step[:, :, 0].tolist() == [[5, -1], [3, -1], [3, -1], [3, -1]]
+
+
+@pytest.mark.parametrize("mode", ["whole", "layerwise", "subfunctions"])
+@pytest.mark.parametrize("name", VISION)
+def test_vision_inputs_match_transformers(name, mode, tmp_path):
+    """Prefill with images then decode: whole, layerwise window 1 (stitched
+    and window by window) and with layer functions, the logits are
+    transformers' with pixel_values."""
+    vp = VisionPrompts(name)
+    args = {"whole": [], "layerwise": ["--layerwise", "--window-size", "1", "--keep-windows"],
+            "subfunctions": ["--subfunctions"]}[mode]
+    rows = vp.export(tmp_path, *args)
+    sess = ortrun.session(str(tmp_path / "model.onnx"))
+    inputs = {i.name: i.shape for i in sess.get_inputs()}
+    assert inputs["position_ids"] == [4, "batch_size", "seq_len"]
+    assert inputs["vision_embeds"] == ["num_vision_tokens", rows["vision_embeds"].shape[1]]
+    assert inputs["deepstack_features"][0] == rows["deepstack_features"].shape[0]
+    diffs = {mode: max_diff_per_step(vision_run(vp, sess, rows), vp.ref["logits"]).max()}
+    if mode == "whole":  # the fixture tells each input: without it the logits are far off
+        for k in rows:
+            off = max_diff_per_step(vision_run(vp, sess, {**rows, k: np.zeros_like(rows[k])}), vp.ref["logits"]).max()
+            assert off > 100 * TOLERANCE, f"zero {k}: {off:.2e}"
+    if mode == "layerwise":
+        diffs["windows"] = max_diff_per_step(vision_run(vp, ortrun.Windows(window_files(tmp_path)), rows),
+                                             vp.ref["logits"]).max()
+    if mode == "subfunctions":
+        model = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False)
+        deep = [f.name for f in model.functions if "Deepstack" in f.name]
+        assert len(deep) == rows["deepstack_features"].shape[0], deep  # one function per DeepStack layer
+    print(f"{name} vision inputs {mode}: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_chunked_prefill(name, tmp_path):
+    """The prompts in two chunks, the first image's tokens split between
+    them: each chunk gets the rows of its own image tokens (row-major over
+    the chunk), and the logits are transformers'."""
+    vp = VisionPrompts(name)
+    rows = vp.export(tmp_path)
+    sess = ortrun.session(str(tmp_path / "model.onnx"))
+    ref = vp.ref
+    prompts, lengths, tokens = ref["prompts"], ref["prompt_lengths"], ref["decode_tokens"]
+    pos, deltas = vp.positions()
+    image = prompts == vp.image_token
+    first = int(np.argmax(image[0])) + 2  # two of the first image's tokens in the first chunk
+    assert image[0, first - 1] and image[0, first]
+    row_of = np.full(prompts.shape, -1)
+    row_of[image] = np.arange(image.sum())  # row-major over the whole batch
+    caches = ortrun.empty_caches(sess, prompts.shape[0], vp.ctx_len)
+    for cols in (slice(0, first), slice(first, None)):
+        idx = row_of[:, cols][image[:, cols]]
+        chunk = {k: v[..., idx, :] for k, v in rows.items()}
+        logits, caches = ortrun.step(sess, prompts[:, cols], pos[:, :, cols], caches, chunk)
+    got = [logits[:, 0, :]]
+    for s in range(tokens.shape[1]):
+        logits, caches = ortrun.step(sess, tokens[:, s : s + 1].astype(np.int64),
+                                     mrope.decode((lengths + s)[:, None], deltas), caches, no_rows(rows))
+        got.append(logits[:, 0, :])
+    diffs = max_diff_per_step(np.stack(got), ref["logits"])
+    print(f"{name} vision chunked prefill: max |Δlogits| {diffs.max():.2e}")
+    assert diffs.max() <= TOLERANCE, diffs
+
+
+def test_vision_rows_must_number_the_image_tokens(tmp_path):
+    """One row too few or too many, in either input, or rows for a step
+    without image tokens: ONNX Runtime fails the run (the rows are reshaped
+    to the image-token count), nothing is computed from short rows."""
+    vp = VisionPrompts(VISION[0])
+    rows = vp.export(tmp_path)
+    sess = ortrun.session(str(tmp_path / "model.onnx"))
+    pos, _ = vp.positions()
+    prompts = vp.ref["prompts"]
+    embeds, deep = rows["vision_embeds"], rows["deepstack_features"]
+    bad = [{"vision_embeds": embeds[:-1], "deepstack_features": deep},
+           {"vision_embeds": np.concatenate([embeds, embeds[:1]]), "deepstack_features": deep},
+           {"vision_embeds": embeds, "deepstack_features": deep[:, 1:]},
+           no_rows(rows)]
+    for feed in bad:
+        caches = ortrun.empty_caches(sess, prompts.shape[0], vp.ctx_len)
+        with pytest.raises(Exception, match="(?i)reshape"):
+            ortrun.step(sess, prompts, pos, caches, feed)
+    text = vp.fx.ref["prompts"]  # text only, no image token
+    caches = ortrun.empty_caches(sess, text.shape[0], vp.ctx_len)
+    with pytest.raises(Exception, match="(?i)reshape"):
+        ortrun.step(sess, text, np.stack([ortrun.prefill_positions(vp.fx.ref["prompt_lengths"], text.shape[1])] * 4),
+                    caches, {k: v[..., :1, :] for k, v in rows.items()})
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_export_runs_text_only(name, tmp_path):
+    """Text-only prompts through the vision export, 0 rows on every step and
+    the four rows all the sequence position: transformers' text-only
+    logits."""
+    vp = VisionPrompts(name)
+    rows = no_rows(vp.export(tmp_path))
+    sess = ortrun.session(str(tmp_path / "model.onnx"))
+    ref = vp.fx.ref
+    prompts, lengths, tokens = ref["prompts"], ref["prompt_lengths"], ref["decode_tokens"]
+    assert not np.any(prompts == vp.image_token)
+    four = lambda p: np.stack([p] * 4)
+    caches = ortrun.empty_caches(sess, prompts.shape[0], vp.ctx_len)
+    logits, caches = ortrun.step(sess, prompts, four(ortrun.prefill_positions(lengths, prompts.shape[1])), caches, rows)
+    got = [logits[:, 0, :]]
+    for s in range(tokens.shape[1]):
+        logits, caches = ortrun.step(sess, tokens[:, s : s + 1].astype(np.int64),
+                                     four((lengths + s)[:, None].astype(np.int64)), caches, rows)
+        got.append(logits[:, 0, :])
+    diffs = max_diff_per_step(np.stack(got), ref["logits"])
+    print(f"{name} vision export, text only: max |Δlogits| {diffs.max():.2e}")
+    assert diffs.max() <= TOLERANCE, diffs

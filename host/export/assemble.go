@@ -209,6 +209,11 @@ func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, in
 			a.read[name] = true
 		}
 	}
+	for _, x := range a.parts.plan.GetExtraInputs() {
+		if slices.Contains(resp.GetFunction().GetInput(), x.GetName()) {
+			inputs[x.GetName()] = x.GetName()
+		}
+	}
 	for _, dep := range resp.GetDependencies() {
 		if err := a.b.AddFunction(dep); err != nil {
 			return err

@@ -18,7 +18,7 @@ import (
 	"github.com/strata-llm/strata/internal/testbin"
 )
 
-var llama *plugins.Plugin
+var llama, qwen3vl *plugins.Plugin
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
@@ -29,13 +29,19 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if _, err := testbin.Build(dir, "strata-plugin-llama", "./plugins/llama"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	for _, p := range []string{"llama", "qwen3vl"} {
+		if _, err := testbin.Build(dir, "strata-plugin-"+p, "./plugins/"+p); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	reg := plugins.Load(context.Background(), []plugins.SearchDir{{Dir: dir, Source: "test"}}, plugins.Options{Timeout: time.Minute})
 	defer reg.Close()
 	if llama, err = reg.For("llama"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if qwen3vl, err = reg.For("qwen3_vl"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

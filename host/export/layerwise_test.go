@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/internal/testbin"
 )
@@ -28,8 +29,13 @@ func open(t *testing.T, dir string) *checkpoint.Checkpoint {
 
 func export(t *testing.T, ckpt *checkpoint.Checkpoint, out string, opts Options) *Result {
 	t.Helper()
+	return exportWith(t, llama, ckpt, out, opts)
+}
+
+func exportWith(t *testing.T, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, out string, opts Options) *Result {
+	t.Helper()
 	opts.Out, opts.Version = out, "test"
-	res, err := Run(context.Background(), llama, ckpt, opts)
+	res, err := Run(context.Background(), p, ckpt, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +100,28 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// With graph inputs of the plan's own (Qwen3-VL's vision inputs, and
+// input_ids, which windows after the first declare too) the stitched model
+// is still the whole export: each shared input appears once.
+func TestStitchedWithExtraInputsIsTheWholeExport(t *testing.T) {
+	ckpt := open(t, filepath.Join(testbin.Root(), "conformance", "fixtures", "qwen3vl-moe-f32-vision", "model"))
+	for _, sub := range []bool{false, true} {
+		opts := Options{Subfunctions: sub, PluginOptions: map[string]string{"vision": "true"}}
+		out := filepath.Join(t.TempDir(), "whole")
+		exportWith(t, qwen3vl, ckpt, out, opts)
+		whole := outputs(t, out)
+		for _, size := range []int{1, 2} {
+			out := filepath.Join(t.TempDir(), "layerwise")
+			lw := opts
+			lw.Layerwise, lw.WindowSize = true, size
+			exportWith(t, qwen3vl, ckpt, out, lw)
+			if got := outputs(t, out); !bytes.Equal(got[ModelFile], whole[ModelFile]) || !bytes.Equal(got[SpecFile], whole[SpecFile]) {
+				t.Errorf("subfunctions=%v window size %d: stitched differs from the whole export", sub, size)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/sdk"
@@ -55,7 +56,8 @@ type ModelIO struct {
 
 // Of is the IO of the window s (Whole for the whole model). Inputs: the
 // tokens (input_ids, inputs_embeds, or after the first window the hidden
-// state), position_ids, each layer's caches, comp_ctx_lengths, batch_index.
+// state), position_ids, the plan's extra inputs (those not already there),
+// each layer's caches, comp_ctx_lengths, batch_index.
 // Outputs: logits and the plan's extra outputs (or before the last window
 // the hidden state), then each cache's retained state.
 func (m ModelIO) Of(s Span) (IO, error) {
@@ -70,15 +72,14 @@ func (m ModelIO) Of(s Span) (IO, error) {
 	default:
 		io.Inputs = append(io.Inputs, Value{sdk.InputIDs, onnxpb.TensorProto_INT64, []graph.Dim{batch, seq}})
 	}
-	pos := []graph.Dim{batch, seq}
-	switch m.Plan.GetPositionIdsRank() {
-	case 0, 2:
-	case 3:
-		pos = []graph.Dim{{Size: 3}, batch, seq}
-	default:
-		return IO{}, fmt.Errorf("the plan asks for position_ids of rank %d; strata knows ranks 2 and 3", m.Plan.GetPositionIdsRank())
+	pos, err := m.positionDims(batch, seq)
+	if err != nil {
+		return IO{}, err
 	}
 	io.Inputs = append(io.Inputs, Value{sdk.PositionIDs, onnxpb.TensorProto_INT64, pos})
+	if io.Inputs, err = m.extraInputs(io.Inputs); err != nil {
+		return IO{}, err
+	}
 	caches := m.caches(s)
 	for _, c := range caches {
 		io.Inputs = append(io.Inputs, c)
@@ -107,6 +108,43 @@ func (m ModelIO) Of(s Span) (IO, error) {
 		io.Outputs = append(io.Outputs, c)
 	}
 	return io, nil
+}
+
+// positionDims is position_ids' shape: [batch, seq], or [rows, batch, seq]
+// for rank 3 (3 rows unless the plan says 4).
+func (m ModelIO) positionDims(batch, seq graph.Dim) ([]graph.Dim, error) {
+	switch m.Plan.GetPositionIdsRank() {
+	case 0, 2:
+		return []graph.Dim{batch, seq}, nil
+	case 3:
+	default:
+		return nil, fmt.Errorf("the plan asks for position_ids of rank %d; strata knows ranks 2 and 3", m.Plan.GetPositionIdsRank())
+	}
+	switch rows := m.Plan.GetPositionRows(); rows {
+	case 0, 3, 4:
+		return []graph.Dim{{Size: max(int64(rows), 3)}, batch, seq}, nil
+	default:
+		return nil, fmt.Errorf("the plan asks for position_ids of %d rows; strata knows 3 and 4", rows)
+	}
+}
+
+// extraInputs appends the plan's extra inputs that are not inputs already
+// (input_ids is one in the first window, an extra one after it).
+func (m ModelIO) extraInputs(inputs []Value) ([]Value, error) {
+	for _, x := range m.Plan.GetExtraInputs() {
+		v, err := SpecValue(x, m.Compute)
+		if err != nil {
+			return nil, fmt.Errorf("extra input: %w", err)
+		}
+		i := slices.IndexFunc(inputs, func(in Value) bool { return in.Name == v.Name })
+		switch {
+		case i < 0:
+			inputs = append(inputs, v)
+		case inputs[i].Type != v.Type || !slices.Equal(inputs[i].Dims, v.Dims):
+			return nil, fmt.Errorf("extra input %s: the plan declares it unlike the model's own input of that name", v.Name)
+		}
+	}
+	return inputs, nil
 }
 
 // FinalSuffix marks, in a window after the first, an extra output named

@@ -33,14 +33,14 @@ var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []
 	ModelType: "qwen3_vl", HFArchitectures: []string{"Qwen3VLForConditionalGeneration"}, Name: "Qwen3VL",
 	ConfigObject: "text_config", Prefix: "model.language_model.",
 	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{visionModel}},
-	Options:      []*pb.PluginOption{positionsOption},
+	Options:      []*pb.PluginOption{positionsOption, visionOption},
 	Load:         loadDense,
 }, {
 	ModelType: "qwen3_vl_moe", HFArchitectures: []string{"Qwen3VLMoeForConditionalGeneration"}, Name: "Qwen3VLMoe",
 	ConfigObject: "text_config", Prefix: "model.language_model.",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
 		Models: []string{visionModel}},
-	Options: []*pb.PluginOption{positionsOption, {Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
+	Options: []*pb.PluginOption{positionsOption, visionOption, {Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
 		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}},
 	Load: loadMoE,
 }}}
@@ -70,7 +70,9 @@ func common(m *decoder.Model) (*decoder.Attention, error) {
 		m.PositionIDsRank = 3
 	}
 	if m.Top.Has("vision_config") {
-		m.Note("model.onnx is the text-only language model (no vision inputs); the vision encoder is a model of its own: --extra-model vision")
+		if m.Options[optVision] != "true" {
+			m.Note("model.onnx is the text-only language model (no vision inputs: --vision true adds them); the vision encoder is a model of its own: --extra-model vision")
+		}
 		addVision(m)
 	}
 	return &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true}, nil
@@ -81,11 +83,19 @@ func loadDense(m *decoder.Model) error {
 	if err != nil {
 		return err
 	}
-	m.Kind(kindDecoder, "Qwen3VLTextDecoderLayer", func(l *decoder.Layer) error {
+	k := m.Kind(kindDecoder, "Qwen3VLTextDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
 		return l.PreNorm(&a, &decoder.SwiGLU{Width: m.Intermediate})
 	})
-	return nil
+	return withVision(m, func(int) *decoder.Kind { return k })
+}
+
+// withVision adds the vision inputs when the vision option asks for them.
+func withVision(m *decoder.Model, base func(i int) *decoder.Kind) error {
+	if m.Options[optVision] != "true" {
+		return nil
+	}
+	return addVisionInputs(m, base)
 }
 
 // moeConfig holds the MoE fields of a Qwen3-VL-MoE text_config. The router
@@ -126,15 +136,20 @@ func loadMoE(m *decoder.Model) error {
 	}, kindMoE); err != nil {
 		return err
 	}
-	m.Kind(kindMoE, "Qwen3VLMoeTextDecoderLayer", func(l *decoder.Layer) error {
+	sparse := m.Kind(kindMoE, "Qwen3VLMoeTextDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
 		return l.PreNorm(&a, &moe{moeConfig: c, strategy: m.Options[optStrategy]})
 	})
-	m.Kind(kindDense, "Qwen3VLMoeTextDenseDecoderLayer", func(l *decoder.Layer) error {
+	dense := m.Kind(kindDense, "Qwen3VLMoeTextDenseDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
 		return l.PreNorm(&a, &decoder.SwiGLU{Width: m.Intermediate})
 	})
-	return nil
+	return withVision(m, func(i int) *decoder.Kind {
+		if c.kind(i) == kindMoE {
+			return sparse
+		}
+		return dense
+	})
 }
 
 // kind says whether layer i is sparse, as Qwen3VLMoeTextDecoderLayer decides.

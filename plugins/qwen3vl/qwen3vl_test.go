@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/internal/headeronly"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/hf"
@@ -320,4 +322,154 @@ func mustParse(t *testing.T, data []byte) hf.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// visionTop is a vision_config with deepstack indexes ds, for the vision
+// option's tests.
+func visionTop(ds string) func(map[string]any) {
+	return func(m map[string]any) {
+		m["vision_config"] = json.RawMessage(`{"depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
+		"temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 64, "num_position_embeddings": 16,
+		"deepstack_visual_indexes": ` + ds + `, "in_channels": 3, "hidden_act": "gelu_pytorch_tanh"}`)
+		m["image_token_id"] = 120
+	}
+}
+
+var visionOn = &pb.ExportOptions{PluginOptions: map[string]string{optVision: "true"}}
+
+// vision=true: position_ids [4, batch, seq], the extra inputs, DeepStack
+// kinds for layers 0..D-1 (each its own function, of the layer's own base
+// kind), the vision rows read where they are used; vision=false keeps the
+// text-only plan.
+func TestVisionInputsPlan(t *testing.T) {
+	cases := map[string]struct {
+		model *pb.Model
+		kinds []string // of each layer
+	}{
+		"dense, D 1": {plugintest.Edited(t, plugin, denseConfig, visionTop("[0]"), "BF16"),
+			[]string{"decoder_deepstack0", "decoder"}},
+		"moe, D 2": {moeModel(t, layoutHub, visionTop("[0, 2]")),
+			[]string{"dense_deepstack0", "moe_deepstack1", "dense", "moe"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tc.model, Options: visionOn})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds, extra []string
+			for _, l := range plan.GetLayers() {
+				kinds = append(kinds, l.GetKind())
+			}
+			for _, x := range plan.GetExtraInputs() {
+				extra = append(extra, x.GetName())
+			}
+			d := int64(slices.IndexFunc(kinds, func(k string) bool { return !strings.Contains(k, "deepstack") }))
+			switch {
+			case !slices.Equal(kinds, tc.kinds):
+				t.Errorf("kinds %v, want %v", kinds, tc.kinds)
+			case plan.GetPositionIdsRank() != 3 || plan.GetPositionRows() != 4:
+				t.Errorf("position_ids rank %d rows %d, want [4, batch, seq]", plan.GetPositionIdsRank(), plan.GetPositionRows())
+			case !slices.Equal(extra, []string{sdk.InputIDs, inVisionEmbeds, inDeepstack}):
+				t.Errorf("extra inputs %v", extra)
+			case plan.GetExtraInputs()[2].GetShape()[0].GetSize() != d:
+				t.Errorf("deepstack_features %v, want %d rows first", plan.GetExtraInputs()[2].GetShape(), d)
+			case !slices.Contains(plan.GetContextOutputs(), ctxVisionIndex) || !slices.Contains(plan.GetContextOutputs(), ctxVisionCount):
+				t.Errorf("context outputs %v", plan.GetContextOutputs())
+			}
+			reqs := []*pb.BuildRequest{{Part: sdk.PartEmbed}, {Part: sdk.PartContext}, {Part: sdk.PartFinal}}
+			for i, k := range kinds {
+				reqs = append(reqs, &pb.BuildRequest{Part: sdk.PartLayer, Kind: k, Layers: []int32{int32(i)}})
+			}
+			for _, r := range reqs {
+				r.Model, r.Options = tc.model, visionOn
+			}
+			plugintest.RequireBound(t, plugin, tc.model, reqs...)
+			for _, r := range reqs {
+				resp, err := plugin.Build(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, fname := resp.GetFunction().GetInput(), resp.GetFunction().GetName()
+				deep := strings.Contains(r.GetKind(), "deepstack")
+				want := map[string]bool{
+					inVisionEmbeds: r.GetPart() == sdk.PartEmbed,
+					inDeepstack:    deep,
+					ctxVisionIndex: deep,
+					sdk.InputIDs:   r.GetPart() == sdk.PartEmbed || r.GetPart() == sdk.PartContext,
+				}
+				for name, w := range want {
+					if slices.Contains(in, name) != w {
+						t.Errorf("%s %s: inputs %v, %s wanted: %v", r.GetPart(), r.GetKind(), in, name, w)
+					}
+				}
+				if deep && !strings.HasSuffix(fname, fmt.Sprintf("Deepstack%c", r.GetKind()[len(r.GetKind())-1])) {
+					t.Errorf("kind %s is function %s", r.GetKind(), fname)
+				}
+			}
+		})
+	}
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: moeModel(t, layoutHub, visionTop("[0, 2]"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.GetExtraInputs()) != 0 || plan.GetPositionRows() != 0 || plan.GetPositionIdsRank() == 3 || plan.GetLayers()[0].GetKind() != kindDense {
+		t.Errorf("vision=false: extra inputs %v, rows %d, rank %d, layer 0 %s", plan.GetExtraInputs(), plan.GetPositionRows(),
+			plan.GetPositionIdsRank(), plan.GetLayers()[0].GetKind())
+	}
+}
+
+func TestVisionInputsErrors(t *testing.T) {
+	cases := map[string]struct {
+		edit func(map[string]any)
+		want string
+	}{
+		"no image token": {func(m map[string]any) { visionTop("[0]")(m); delete(m, "image_token_id") }, "--vision true needs the image token"},
+		"no vision tower": {func(m map[string]any) { visionTop("[0]")(m); delete(m, "vision_config") },
+			"--vision true needs the vision tower's config"},
+		"more deepstack than layers": {visionTop("[0, 1, 2]"), "3 entries, more than the 2 decoder layers"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := plugintest.Edited(t, plugin, denseConfig, tc.edit, "BF16")
+			_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: visionOn})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The Qwen3-VL-235B-A22B release (bench/configs, header-only tensors as
+// it stores them) plans with vision inputs: 94 layers, its three DeepStack
+// indexes on layers 0..2, hidden 4096, and Check still supports it.
+func TestVisionInputs235B(t *testing.T) {
+	config, err := os.ReadFile("../../bench/configs/qwen3-vl-235b-a22b/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := headeronly.Tensors(config, "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &pb.Model{ConfigJson: config}
+	for _, x := range tensors {
+		m.Tensors = append(m.Tensors, &pb.TensorInfo{Key: x.Name, Dtype: x.DType, Shape: x.Shape})
+	}
+	if ok, reasons := check(t, m); !ok {
+		t.Fatal(reasons)
+	}
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: visionOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range plan.GetLayers()[:4] {
+		kinds = append(kinds, l.GetKind())
+	}
+	deep := plan.GetExtraInputs()[2].GetShape()
+	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds, []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
+		deep[0].GetSize() != 3 || deep[2].GetSize() != 4096 || plan.GetPositionRows() != 4 {
+		t.Errorf("%d layers, kinds %v, deepstack_features %v, rows %d", len(plan.GetLayers()), kinds, deep, plan.GetPositionRows())
+	}
 }

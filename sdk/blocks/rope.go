@@ -402,14 +402,26 @@ func (r RoPE) Tables(f *fn.Func, positionIDs fn.Value) (cos, sin fn.Value) {
 // three equal rows (text only) the tables are those of Tables. Transformers
 // 5.x passes four rows with the text positions first; drop that row.
 func (r RoPE) Tables3(f *fn.Func, positionIDs3 fn.Value) (cos, sin fn.Value) {
+	return r.mropeTables(f, positionIDs3, 0)
+}
+
+// Tables4 is Tables3 from position ids [4,B,S] whose row 0 is the text
+// (sequence) position and rows 1..3 the temporal, height and width rows:
+// the layout transformers' Qwen3-VL takes with vision inputs.
+func (r RoPE) Tables4(f *fn.Func, positionIDs4 fn.Value) (cos, sin fn.Value) {
+	return r.mropeTables(f, positionIDs4, 1)
+}
+
+// mropeTables reads the t/h/w rows from first on.
+func (r RoPE) mropeTables(f *fn.Func, positionIDs fn.Value, first int64) (cos, sin fn.Value) {
 	rows := make([]int64, r.Dim/2)
 	for j := range rows {
-		rows[j] = r.mropeRow(j)
+		rows[j] = first + r.mropeRow(j)
 	}
 	// Pick each frequency's position row, then scale: the same float32
 	// product as scaling all three rows and picking afterwards.
-	pos := f.Gather(f.Cast(positionIDs3, fn.Float32), f.Ints(rows...), 0) // [Dim/2,B,S]
-	pos = f.Transpose(pos, 1, 2, 0)                                       // [B,S,Dim/2]
+	pos := f.Gather(f.Cast(positionIDs, fn.Float32), f.Ints(rows...), 0) // [Dim/2,B,S]
+	pos = f.Transpose(pos, 1, 2, 0)                                      // [B,S,Dim/2]
 	return r.tables(f, f.Mul(pos, f.Floats(r.InvFreq()...)))
 }
 

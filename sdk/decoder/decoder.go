@@ -91,10 +91,14 @@ func (p Plugin) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, 
 	}
 	plan := &pb.PlanResponse{ModelType: m.arch.ModelType, VocabSize: int64(m.Vocab), HiddenSize: int64(m.Hidden),
 		ContextOutputs: slices.Clone(StandardContext), Mtp: m.MTP, Models: m.models}
-	if m.positionRank() == 3 {
+	if p := m.positions(); p.rank == 3 {
 		plan.PositionIdsRank = 3
 		plan.ContextOutputs = append(plan.ContextOutputs, CtxPositions)
+		if p.rows == 4 {
+			plan.PositionRows = 4
+		}
 	}
+	plan.ExtraInputs = m.ExtraInputs
 	for _, v := range m.context {
 		plan.ContextOutputs = append(plan.ContextOutputs, v.Name)
 	}
@@ -126,9 +130,9 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	domain := "strata." + p.Name
 	switch req.GetPart() {
 	case sdk.PartEmbed:
-		return EmbedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))), nil
+		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed), nil
 	case sdk.PartContext:
-		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positionRank()), nil
+		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions()), nil
 	case sdk.PartLayer:
 		k, ok := m.kind(req.GetKind())
 		if !ok {

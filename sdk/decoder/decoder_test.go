@@ -186,3 +186,73 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("describe %v", d)
 	}
 }
+
+// hooks uses what a multimodal model adds: a graph input of its own, an
+// embed hook reading it, two context values reading input_ids (declared
+// once), and a kind With a post step on layer 0 alone.
+func hooks(rows int) decoder.Plugin {
+	return decoder.Plugin{Name: "hooks", Version: "1.0", Architectures: []decoder.Architecture{{
+		ModelType: "toy", Name: "Hooks",
+		Load: func(m *decoder.Model) error {
+			m.PositionRows = rows
+			m.ExtraInputs = []*pb.IOSpec{{Name: sdk.InputIDs, Dtype: "int64"}, {Name: "extra", Dtype: "compute"}}
+			m.Embed = func(f *fn.Func, ids, embedded fn.Value) fn.Value { return f.Add(embedded, f.Input("extra")) }
+			for _, name := range []string{"a", "b"} {
+				m.AddContext(decoder.ContextValue{Name: name, Compute: func(c *decoder.Context) fn.Value {
+					return c.Op("Identity", []fn.Value{c.Input(sdk.InputIDs)})
+				}})
+			}
+			k := m.Kind("plain", "HooksLayer", func(l *decoder.Layer) error {
+				return l.PreNorm(&decoder.Attention{}, &decoder.SwiGLU{Width: m.Intermediate})
+			})
+			post := m.With(k, "post", "HooksPostLayer", func(l *decoder.Layer, h fn.Value) fn.Value { return l.Add(h, l.Input("extra")) })
+			m.KindOf = func(i int) string { return map[bool]string{true: post.Name, false: k.Name}[i == 0] }
+			return nil
+		},
+	}}}
+}
+
+func TestHooks(t *testing.T) {
+	p := hooks(0)
+	m := plugintest.Model(t, p, []byte(base), "F32")
+	plan, err := p.Plan(context.Background(), &pb.PlanRequest{Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.GetExtraInputs()) != 2 || plan.GetLayers()[0].GetKind() != "post" || plan.GetLayers()[1].GetKind() != "plain" {
+		t.Fatalf("plan: extra inputs %v, layers %v", plan.GetExtraInputs(), plan.GetLayers())
+	}
+	inputs := func(part, kind string) []string {
+		resp, err := p.Build(context.Background(), &pb.BuildRequest{Model: m, Part: part, Kind: kind,
+			Layers: map[string][]int32{"post": {0}, "plain": {1, 2}}[kind]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetFunction().GetInput()
+	}
+	count := func(in []string, name string) int {
+		n := 0
+		for _, x := range in {
+			if x == name {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		part, kind, name string
+		want             int
+	}{
+		{sdk.PartEmbed, "", "extra", 1},
+		{sdk.PartContext, "", sdk.InputIDs, 1}, // two values read it, one formal input
+		{sdk.PartLayer, "post", "extra", 1},
+		{sdk.PartLayer, "plain", "extra", 0},
+	} {
+		if got := count(inputs(tc.part, tc.kind), tc.name); got != tc.want {
+			t.Errorf("%s %s: %s declared %d times, want %d", tc.part, tc.kind, tc.name, got, tc.want)
+		}
+	}
+	if _, err := hooks(4).Plan(context.Background(), &pb.PlanRequest{Model: m}); err == nil || !strings.Contains(err.Error(), "rows need rank 3") {
+		t.Errorf("4 rows with rank 2: %v", err)
+	}
+}

@@ -66,6 +66,9 @@ func (l *Layer) Context(name string) fn.Value { return l.Input(name) }
 // Output declares the layer's outputs: the hidden state and each cache's
 // retained state, in the kind's cache order.
 func (l *Layer) Output(hidden fn.Value, caches ...fn.Value) {
+	if l.Kind.Post != nil {
+		hidden = l.Kind.Post(l, hidden)
+	}
 	l.Func.Output(sdk.HiddenStatesOut, hidden)
 	specs := l.Kind.caches(l.Model)
 	for i, c := range caches {

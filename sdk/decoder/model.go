@@ -42,6 +42,18 @@ type Model struct {
 	// PositionIDsRank 3 makes position_ids [3, batch, seq] (multimodal RoPE's
 	// rows, tables from RoPE.Tables3; see positions3.go); 0 or 2: [batch, seq].
 	PositionIDsRank int
+	// PositionRows 4 (with PositionIDsRank 3) makes position_ids [4, batch,
+	// seq]: row 0 the sequence position, rows 1..3 MRoPE's t/h/w (tables
+	// from RoPE.Tables4); 0 or 3: the three MRoPE rows alone.
+	PositionRows int
+	// ExtraInputs are graph inputs after position_ids that parts declare
+	// as formal inputs of the same name (vision_embeds); input_ids may be
+	// one, for the context part of windows after the first.
+	ExtraInputs []*pb.IOSpec
+	// Embed, when set, finishes the embed part: it gets the looked-up
+	// embeddings [B,S,H] and input_ids and returns the hidden state (image
+	// tokens replaced by vision rows). It may declare formal inputs.
+	Embed func(f *fn.Func, inputIDs, embedded fn.Value) fn.Value
 
 	arch          Architecture
 	kinds         []*Kind
@@ -58,6 +70,20 @@ type Kind struct {
 	// Caches overrides the kind's per-layer state (default: KVCaches).
 	Caches func(m *Model) []*pb.CacheSpec
 	Body   func(l *Layer) error
+	// Post, when set, transforms the hidden state the body outputs (it may
+	// declare inputs): a step after the layer that belongs to these layers
+	// alone, like Qwen3-VL's DeepStack features added after the first
+	// layers. A kind is one ONNX function, so such layers are kinds of
+	// their own (Model.With).
+	Post func(l *Layer, hidden fn.Value) fn.Value
+}
+
+// With is a kind declared like k, named name with function function, its
+// output hidden state transformed by post (Kind.Post).
+func (m *Model) With(k *Kind, name, function string, post func(l *Layer, hidden fn.Value) fn.Value) *Kind {
+	c := m.Kind(name, function, k.Body)
+	c.Caches, c.Post = k.Caches, post
+	return c
 }
 
 func (k *Kind) caches(m *Model) []*pb.CacheSpec {

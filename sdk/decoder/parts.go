@@ -44,6 +44,18 @@ type Context struct {
 	*fn.Func
 	PositionIDs, Slots fn.Value
 	RoPE               blocks.RoPE
+
+	inputs map[string]fn.Value // graph inputs declared so far, shared by the context values
+}
+
+// Input declares name as a formal input of the context part, once however
+// many context values read it (input_ids, one of Model.ExtraInputs).
+func (c *Context) Input(name string) fn.Value {
+	if v, ok := c.inputs[name]; ok {
+		return v
+	}
+	c.inputs[name] = c.Func.Input(name)
+	return c.inputs[name]
 }
 
 // ContextValue is a value the context part computes for the layers, e.g. a
@@ -63,22 +75,33 @@ func SlidingWindow(name string, window int) ContextValue {
 
 // EmbedPart looks input_ids up in the embedding tensor.
 func EmbedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
+	return embedPart(domain, name, dt, embed, nil)
+}
+
+// embedPart is EmbedPart finished by hook (Model.Embed) when set.
+func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f *fn.Func, ids, embedded fn.Value) fn.Value) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	ids, table := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
-	f.Output(sdk.HiddenStates, blocks.Embedding(f, table, ids))
+	hidden := blocks.Embedding(f, table, ids)
+	if hook != nil {
+		hidden = hook(f, ids, hidden)
+	}
+	f.Output(sdk.HiddenStates, hidden)
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{weight.Bind("embed_tokens.weight", embed)}})
 }
 
 // ContextPart computes, once per model, the RoPE tables, the causal mask,
 // the cache read indices, and the plugin's own context values.
 func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
-	return contextPart(domain, name, dt, rope, opts, extra, 2)
+	return contextPart(domain, name, dt, rope, opts, extra, positions{rank: 2})
 }
 
-// contextPart is ContextPart for position_ids of the given rank: with rank
-// 3 ([3,B,S] rows), the RoPE tables come from all rows (RoPE.Tables3) and
-// everything else, including the CtxPositions output, from row 0.
-func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue, rank int) *pb.BuildResponse {
+// contextPart is ContextPart for position_ids of the given layout: with rank
+// 3 ([3,B,S] rows), the RoPE tables come from all rows (RoPE.Tables3), or
+// from rows 1..3 of 4 (RoPE.Tables4), and everything else, including the
+// CtxPositions output, from row 0.
+func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue, layout positions) *pb.BuildResponse {
+	rank := layout.rank
 	f := fn.NewFunc(domain, name, dt)
 	pos, cache := f.Input(sdk.PositionIDs), f.Input(PastKey)
 	var ccl fn.Value
@@ -86,10 +109,14 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 		ccl = f.Input(sdk.CompCtxLengths)
 	}
 	var cos, sin fn.Value
-	if rank == 3 {
+	switch {
+	case rank == 3 && layout.rows == 4:
+		cos, sin = rope.Tables4(f.Scope("rope"), pos)
+		pos = TextPositions(f.Scope("positions"), pos)
+	case rank == 3:
 		cos, sin = rope.Tables3(f.Scope("rope"), pos)
 		pos = TextPositions(f.Scope("positions"), pos)
-	} else {
+	default:
 		cos, sin = rope.Tables(f.Scope("rope"), pos)
 	}
 	slots := blocks.CacheSlots(f.Scope("cache"), cache, ccl)
@@ -102,8 +129,9 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 	if rank == 3 {
 		f.Output(CtxPositions, pos)
 	}
+	declared := map[string]fn.Value{}
 	for _, v := range extra {
-		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope}))
+		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope, inputs: declared}))
 	}
 	return Response(f)
 }

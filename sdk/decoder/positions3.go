@@ -29,6 +29,18 @@ func TextPositions(f *fn.Func, positionIDs3 fn.Value) fn.Value {
 	return f.Gather(positionIDs3, f.Int(0), 0)
 }
 
+// positions is the layout of position_ids: rank 2 or 3, and with rank 3
+// 3 or 4 rows.
+type positions struct{ rank, rows int }
+
+func (m *Model) positions() positions {
+	p := positions{rank: m.positionRank(), rows: 3}
+	if p.rank == 3 && m.PositionRows == 4 {
+		p.rows = 4
+	}
+	return p
+}
+
 // positionRank is 2 or 3.
 func (m *Model) positionRank() int {
 	if m.PositionIDsRank == 3 {
@@ -42,12 +54,24 @@ func (m *Model) positionRank() int {
 func (m *Model) checkPositionRank() error {
 	switch m.PositionIDsRank {
 	case 0, 2:
+		if m.PositionRows != 0 {
+			return fmt.Errorf("the plugin asks for %d position rows with position_ids of rank 2; rows need rank 3", m.PositionRows)
+		}
 		return nil
 	case 3:
 		if len(m.RoPE.MRoPESection) != 3 {
 			return fmt.Errorf("position_ids of rank 3 need multimodal RoPE (mrope_section in the rope parameters)")
 		}
-		return nil
+		return m.checkPositionRows()
 	}
 	return fmt.Errorf("the plugin asks for position_ids of rank %d; the SDK knows ranks 2 and 3", m.PositionIDsRank)
+}
+
+// checkPositionRows refuses rows other than 3 and 4 (0 is 3).
+func (m *Model) checkPositionRows() error {
+	switch m.PositionRows {
+	case 0, 3, 4:
+		return nil
+	}
+	return fmt.Errorf("the plugin asks for position_ids of %d rows; the SDK knows 3 (t/h/w) and 4 (text, t/h/w)", m.PositionRows)
 }

@@ -30,10 +30,10 @@ func TestContextPartRank3(t *testing.T) {
 	const B, S, C = 2, 3, 5
 	row := []int64{0, 1, 2, 3, -1, -1} // [B,S]: a padded second row
 	cache := refeval.Floats([]int64{B, 1, C, 16}, make([]float32, B*C*16)...)
-	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, 2),
+	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{B, S}, row...), PastKey: cache})
 	equal := append(append(slices.Clone(row), row...), row...)
-	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, 3),
+	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, equal...), PastKey: cache})
 	for _, name := range StandardContext {
 		a, b := two[name], three[name]
@@ -50,7 +50,7 @@ func TestContextPartRank3(t *testing.T) {
 
 	// Rows that differ: H and W rows shifted.
 	rows := append(append(slices.Clone(row), 10, 11, 12, 13, 14, 15), 20, 21, 22, 23, 24, 25)
-	diff := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, 3),
+	diff := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, rows...), PastKey: cache})
 	for _, name := range []string{CtxMask, CtxReadIndices, CtxReadInvalid} {
 		if !slices.Equal(diff[name].B, two[name].B) || !slices.Equal(diff[name].I, two[name].I) {
@@ -73,6 +73,37 @@ func TestContextPartRank3(t *testing.T) {
 		if got := cos.F[1*16+j]; !approxEqual(got, cosOf(want.F[0])) {
 			t.Errorf("cos[token 1, freq %d] = %g, want cos(%g) from row %d", j, got, want.F[0], r)
 		}
+	}
+}
+
+// Four rows (vision inputs): the tables are those of the last three rows
+// given as three, while the mask, the read indices and CtxPositions follow
+// row 0, the text positions, even where the t row differs from it (an
+// image's tokens share one t).
+func TestContextPartFourRows(t *testing.T) {
+	rope := blocks.RoPE{Type: "default", Base: 10000, Dim: 16, AttentionScaling: 1, MRoPESection: []int{4, 2, 2}}
+	const B, S, C = 2, 3, 5
+	text := []int64{0, 1, 2, 3, -1, -1}
+	cache := refeval.Floats([]int64{B, 1, C, 16}, make([]float32, B*C*16)...)
+	thw := []int64{0, 1, 1, 3, 0, 0, 0, 1, 2, 3, 0, 0, 0, 2, 2, 3, 0, 0}
+	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
+		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, thw...), PastKey: cache})
+	four := evalPart(t, contextPart("t", "Ctx4", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 4}),
+		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{4, B, S}, append(slices.Clone(text), thw...)...), PastKey: cache})
+	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}),
+		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{B, S}, text...), PastKey: cache})
+	for _, name := range []string{CtxCos, CtxSin} {
+		if !slices.Equal(four[name].F, three[name].F) {
+			t.Errorf("%s: four rows differ from their last three", name)
+		}
+	}
+	for _, name := range []string{CtxMask, CtxReadIndices, CtxReadInvalid} {
+		if !slices.Equal(four[name].B, two[name].B) || !slices.Equal(four[name].I, two[name].I) {
+			t.Errorf("%s does not follow row 0 (the text row)", name)
+		}
+	}
+	if got := four[CtxPositions]; !slices.Equal(got.I, text) {
+		t.Errorf("positions %v, want the text row %v", got.I, text)
 	}
 }
 

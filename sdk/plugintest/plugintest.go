@@ -83,7 +83,8 @@ type Bindings map[string][]string
 
 // RequireBound builds each part and fails t unless every formal input is a
 // role the host binds or a weight bound, for every layer, to tensors the
-// model holds. It returns each part's bindings by layer, for further checks.
+// model holds (the model planned with the first part's options). It returns
+// each part's bindings by layer, for further checks.
 func RequireBound(t testing.TB, arch sdk.Architecture, model *pb.Model, parts ...*pb.BuildRequest) []map[int32]Bindings {
 	t.Helper()
 	inv := sdk.NewInventory(model)
@@ -92,12 +93,19 @@ func RequireBound(t testing.TB, arch sdk.Architecture, model *pb.Model, parts ..
 	for _, c := range decoder.StandardContext {
 		roles[c] = true
 	}
-	plan, err := arch.Plan(context.Background(), &pb.PlanRequest{Model: model})
+	var opts *pb.ExportOptions // the parts' options plan the model (its extra inputs, context values)
+	if len(parts) > 0 {
+		opts = parts[0].GetOptions()
+	}
+	plan, err := arch.Plan(context.Background(), &pb.PlanRequest{Model: model, Options: opts})
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}
 	for _, c := range plan.GetContextOutputs() {
 		roles[c] = true
+	}
+	for _, x := range plan.GetExtraInputs() {
+		roles[x.GetName()] = true
 	}
 	var out []map[int32]Bindings
 	for _, req := range parts {

@@ -179,6 +179,8 @@ func TestOps(t *testing.T) {
 			[]Tensor{Floats(sh(2, 3), 0, 0, 7, 8, 0, 0)}},
 
 		{"reduce sum input axes", "ReduceSum", []*Tensor{f32(sh(2, 3), seq(6)...), i64(sh(1), 1)}, []*onnxpb.AttributeProto{aInt("keepdims", 0)}, []Tensor{Floats(sh(2), 3, 12)}},
+		{"cumsum int", "CumSum", []*Tensor{i64(sh(2, 3), 1, 0, 1, 1, 1, 0), i64(scalar, 1)}, nil, []Tensor{Ints(sh(2, 3), 1, 1, 2, 1, 2, 2)}},
+		{"cumsum float axis 0", "CumSum", []*Tensor{f32(sh(2, 2), 1, 2, 3, 4), i64(sh(1), 0)}, nil, []Tensor{Floats(sh(2, 2), 1, 2, 4, 6)}},
 		{"reduce sum all", "ReduceSum", []*Tensor{f32(sh(2, 3), seq(6)...)}, nil, []Tensor{Floats(sh(1, 1), 15)}},
 		{"reduce mean attr axes", "ReduceMean", []*Tensor{f32(sh(2, 3), seq(6)...)}, []*onnxpb.AttributeProto{aInts("axes", -1)}, []Tensor{Floats(sh(2, 1), 1, 4)}},
 		{"reduce max axis 0", "ReduceMax", []*Tensor{i64(sh(2, 2), 1, 7, 3, 2)}, []*onnxpb.AttributeProto{aInts("axes", 0), aInt("keepdims", 0)}, []Tensor{Ints(sh(2), 3, 7)}},

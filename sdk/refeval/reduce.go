@@ -20,6 +20,7 @@ func init() {
 		"Softmax":    softmaxOp,
 		"TopK":       topKOp,
 		"MatMul":     matMulOp,
+		"CumSum":     cumSumOp,
 	})
 }
 
@@ -320,5 +321,43 @@ func matMulOp(n *node) ([]Tensor, error) {
 		final = append(final, nn)
 	}
 	out.Shape = final
+	return []Tensor{out}, nil
+}
+
+// cumSumOp: running sums along the axis input (int64 exactly, floats in
+// float64 rounded per element); exclusive and reverse are refused.
+func cumSumOp(n *node) ([]Tensor, error) {
+	if err := n.inputs(2, 2); err != nil {
+		return nil, err
+	}
+	if n.attrInt("exclusive", 0) != 0 || n.attrInt("reverse", 0) != 0 {
+		return nil, fmt.Errorf("CumSum: exclusive and reverse are not supported")
+	}
+	x := *n.in[0]
+	a, err := n.in[1].scalar()
+	if err != nil {
+		return nil, fmt.Errorf("CumSum axis: %w", err)
+	}
+	axis, err := normAxis(int64(a), len(x.Shape))
+	if err != nil {
+		return nil, err
+	}
+	reduced := make([]bool, len(x.Shape))
+	reduced[axis] = true
+	out := alloc(x.DType, x.Shape)
+	lanes(x.Shape, reduced, func(_ int, offs []int) {
+		var acc float64
+		var iacc int64
+		for _, o := range offs {
+			if isInt(x.DType) {
+				iacc += x.I[o]
+				out.I[o] = iacc
+			} else {
+				acc += x.float64At(o)
+				out.F[o] = float32(acc)
+			}
+		}
+	})
+	out.round()
 	return []Tensor{out}, nil
 }

@@ -767,7 +767,21 @@ type PlanResponse struct {
 	// The multi-token-prediction layers found in the checkpoint, if any.
 	Mtp *MTPLayout `protobuf:"bytes,10,opt,name=mtp,proto3" json:"mtp,omitempty"`
 	// Separate models the plugin can build (Build part "model").
-	Models        []*ModelSpec `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
+	Models []*ModelSpec `protobuf:"bytes,11,rep,name=models,proto3" json:"models,omitempty"`
+	// Rows of a rank-3 position_ids: 3 (the default when 0: MRoPE's t/h/w
+	// rows, row 0 also the sequence position) or 4 ([4, batch_size, seq_len]:
+	// row 0 the sequence position, which writes and reads the cache, rows
+	// 1..3 MRoPE's t/h/w, as transformers' Qwen3-VL takes them). A capability
+	// field: a host that predates it declares 3 rows; a plugin asks for 4 only
+	// with extra_inputs (vision inputs), which such a host cannot assemble.
+	PositionRows int32 `protobuf:"varint,12,opt,name=position_rows,json=positionRows,proto3" json:"position_rows,omitempty"`
+	// Graph inputs after position_ids (e.g. vision_embeds), declared in the
+	// whole model and in every window of a layerwise export unless already an
+	// input there (input_ids, which windows after the first otherwise lack).
+	// Every part whose function declares a formal input of that name is
+	// passed it. A host that predates the field declares none of them, and
+	// parts that read them fail to assemble.
+	ExtraInputs   []*IOSpec `protobuf:"bytes,13,rep,name=extra_inputs,json=extraInputs,proto3" json:"extra_inputs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +889,20 @@ func (x *PlanResponse) GetMtp() *MTPLayout {
 func (x *PlanResponse) GetModels() []*ModelSpec {
 	if x != nil {
 		return x.Models
+	}
+	return nil
+}
+
+func (x *PlanResponse) GetPositionRows() int32 {
+	if x != nil {
+		return x.PositionRows
+	}
+	return 0
+}
+
+func (x *PlanResponse) GetExtraInputs() []*IOSpec {
+	if x != nil {
+		return x.ExtraInputs
 	}
 	return nil
 }
@@ -1810,7 +1838,7 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\vPlanRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
-	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xee\x03\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xd0\x04\n" +
 	"\fPlanResponse\x12\x1d\n" +
 	"\n" +
 	"model_type\x18\x01 \x01(\tR\tmodelType\x12/\n" +
@@ -1826,7 +1854,9 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rextra_outputs\x18\t \x03(\v2\x18.strata.plugin.v1.IOSpecR\fextraOutputs\x12-\n" +
 	"\x03mtp\x18\n" +
 	" \x01(\v2\x1b.strata.plugin.v1.MTPLayoutR\x03mtp\x123\n" +
-	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\"\x80\x01\n" +
+	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\x12#\n" +
+	"\rposition_rows\x18\f \x01(\x05R\fpositionRows\x12;\n" +
+	"\fextra_inputs\x18\r \x03(\v2\x18.strata.plugin.v1.IOSpecR\vextraInputs\"\x80\x01\n" +
 	"\x06IOSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12+\n" +
@@ -1950,32 +1980,33 @@ var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	12, // 10: strata.plugin.v1.PlanResponse.extra_outputs:type_name -> strata.plugin.v1.IOSpec
 	13, // 11: strata.plugin.v1.PlanResponse.mtp:type_name -> strata.plugin.v1.MTPLayout
 	14, // 12: strata.plugin.v1.PlanResponse.models:type_name -> strata.plugin.v1.ModelSpec
-	18, // 13: strata.plugin.v1.IOSpec.shape:type_name -> strata.plugin.v1.Dim
-	12, // 14: strata.plugin.v1.ModelSpec.inputs:type_name -> strata.plugin.v1.IOSpec
-	12, // 15: strata.plugin.v1.ModelSpec.outputs:type_name -> strata.plugin.v1.IOSpec
-	17, // 16: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
-	18, // 17: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
-	5,  // 18: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
-	9,  // 19: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	25, // 20: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
-	25, // 21: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
-	21, // 22: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
-	22, // 23: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
-	23, // 24: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
-	23, // 25: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
-	0,  // 26: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
-	7,  // 27: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
-	10, // 28: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
-	19, // 29: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
-	1,  // 30: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
-	8,  // 31: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
-	11, // 32: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
-	20, // 33: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
-	30, // [30:34] is the sub-list for method output_type
-	26, // [26:30] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	12, // 13: strata.plugin.v1.PlanResponse.extra_inputs:type_name -> strata.plugin.v1.IOSpec
+	18, // 14: strata.plugin.v1.IOSpec.shape:type_name -> strata.plugin.v1.Dim
+	12, // 15: strata.plugin.v1.ModelSpec.inputs:type_name -> strata.plugin.v1.IOSpec
+	12, // 16: strata.plugin.v1.ModelSpec.outputs:type_name -> strata.plugin.v1.IOSpec
+	17, // 17: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
+	18, // 18: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
+	5,  // 19: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
+	9,  // 20: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	25, // 21: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
+	25, // 22: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
+	21, // 23: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
+	22, // 24: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
+	23, // 25: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
+	23, // 26: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
+	0,  // 27: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
+	7,  // 28: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
+	10, // 29: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
+	19, // 30: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
+	1,  // 31: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
+	8,  // 32: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
+	11, // 33: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
+	20, // 34: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sdk_proto_pluginv1_plugin_proto_init() }
