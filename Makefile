@@ -31,9 +31,11 @@ demo: build $(TESTENV)/.installed
 
 # Export header-only checkpoints of real releases (bench/configs) whole,
 # layerwise and with layer functions, and one architecture at 8/32/128
-# layers; prints Markdown tables and writes bench/results.json.
+# layers; prints Markdown tables and writes bench/results.json; then
+# bench-convert's table (strata convert against cp).
 bench: build
 	$(GO) run ./internal/cmd/bench --strata bin/strata --json bench/results.json
+	$(GO) run ./internal/cmd/benchconvert --strata bin/strata --json bench/convert-results.json
 
 # strata convert on a multi-GB bf16 checkpoint with real data (about 20 GB
 # of scratch disk, a few minutes): as stored, fp8-block and fp8-dynamic, timed

@@ -207,8 +207,8 @@ func newRowReader(g *group) (*rowReader, error) {
 
 func (r *rowReader) close() { r.f.Close() }
 
-// read decodes rows [r0, r1) into dst (reused).
-func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
+// readRaw reads rows [r0, r1) as stored (into a buffer reused).
+func (r *rowReader) readRaw(r0, r1 int64) ([]byte, error) {
 	n := (r1 - r0) * r.cols * r.esize
 	if int64(cap(r.buf)) < n {
 		r.buf = make([]byte, n)
@@ -216,6 +216,15 @@ func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
 	buf := r.buf[:n]
 	if _, err := r.f.ReadAt(buf, r.s.Offset+r0*r.cols*r.esize); err != nil {
 		return nil, fmt.Errorf("reading %s from %s: %w", r.s.Key, r.s.Path, err)
+	}
+	return buf, nil
+}
+
+// read decodes rows [r0, r1) into dst (reused).
+func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
+	buf, err := r.readRaw(r0, r1)
+	if err != nil {
+		return nil, err
 	}
 	dst = decode(dst[:0], r.s.DType, buf)
 	switch {
@@ -366,6 +375,7 @@ func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
 	defer r.close()
 	inv := make([]float32, 0, ceilDiv(r.rows, blockSize)*ceilDiv(r.cols, blockSize))
 	step := rowsPerChunk(r.cols, blockSize)
+	bf16 := r.s.DType == "BF16" && r.scale == nil // the bits read as they are
 	var vals []float32
 	out := make([]byte, 0)
 	for r0 := int64(0); r0 < r.rows; r0 += step {
@@ -373,11 +383,20 @@ func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
 			return err
 		}
 		r1 := min(r.rows, r0+step)
-		if vals, err = r.read(r0, r1, vals); err != nil {
-			return err
+		if bf16 {
+			raw, err := r.readRaw(r0, r1)
+			if err != nil {
+				return err
+			}
+			out = grow(out, int64(len(raw)/2))
+			inv = quantBlockRowsBF16(raw, out, r.cols, inv)
+		} else {
+			if vals, err = r.read(r0, r1, vals); err != nil {
+				return err
+			}
+			out = grow(out, int64(len(vals)))
+			inv = quantBlockRows(vals, out, r.cols, inv)
 		}
-		out = grow(out, int64(len(vals)))
-		inv = quantBlockRows(vals, out, r.cols, inv)
 		if _, err := w.Write(out); err != nil {
 			return err
 		}
@@ -398,6 +417,15 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 	defer r.close()
 	scales := make([]float32, 0, r.rows)
 	step := rowsPerChunk(r.cols, 1)
+	bf16 := r.s.DType == "BF16" && r.scale == nil // the bits read as they are
+	channelScale := func(amax float32) float32 {
+		s := roundTo(g.outDT, amax/fp8Max)
+		if s == 0 || s != s || math.IsInf(float64(s), 0) {
+			s = 1
+		}
+		scales = append(scales, s)
+		return s
+	}
 	var vals []float32
 	out := make([]byte, 0)
 	for r0 := int64(0); r0 < r.rows; r0 += step {
@@ -405,19 +433,27 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 			return err
 		}
 		r1 := min(r.rows, r0+step)
-		if vals, err = r.read(r0, r1, vals); err != nil {
-			return err
-		}
-		out = grow(out, int64(len(vals)))
-		for row := r0; row < r1; row++ {
-			base := (row - r0) * r.cols
-			amax := amaxBits(vals, r.cols, row-r0, row-r0+1, 0, r.cols)
-			s := roundTo(g.outDT, amax/fp8Max)
-			if s == 0 || s != s || math.IsInf(float64(s), 0) {
-				s = 1
+		if bf16 {
+			raw, err := r.readRaw(r0, r1)
+			if err != nil {
+				return err
 			}
-			scales = append(scales, s)
-			encodeDivided(out[base:base+r.cols], vals[base:base+r.cols], s)
+			out = grow(out, int64(len(raw)/2))
+			for row := range r1 - r0 {
+				src, dst := raw[2*row*r.cols:2*(row+1)*r.cols], out[row*r.cols:(row+1)*r.cols]
+				s := channelScale(math.Float32frombits(uint32(amaxBF16(src)) << 16))
+				encodeDividedBF16(dst, src, s)
+			}
+		} else {
+			if vals, err = r.read(r0, r1, vals); err != nil {
+				return err
+			}
+			out = grow(out, int64(len(vals)))
+			for row := r0; row < r1; row++ {
+				base := (row - r0) * r.cols
+				s := channelScale(amaxBits(vals, r.cols, row-r0, row-r0+1, 0, r.cols))
+				encodeDivided(out[base:base+r.cols], vals[base:base+r.cols], s)
+			}
 		}
 		if _, err := w.Write(out); err != nil {
 			return err
@@ -490,6 +526,173 @@ func encodeDivided(dst []byte, src []float32, scale float32) {
 			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
 			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
 		} else {
+			dst[i] = e4m3Ref(math.Float32frombits(b))
+		}
+	}
+}
+
+// The bfloat16 kernels read the source's bits directly: most conversions
+// quantise bfloat16 releases, and skipping the float32 staging (decode,
+// then two passes over it) halves the memory traffic. They give the bits
+// the float32 path gives: a bfloat16 widens to float32 exactly.
+
+// quantBlockRowsBF16 is quantBlockRows over bfloat16 rows src.
+func quantBlockRowsBF16(src []byte, out []byte, cols int64, inv []float32) []float32 {
+	rows := int64(len(src)) / (2 * cols)
+	for b0 := int64(0); b0 < rows; b0 += blockSize {
+		b1 := min(rows, b0+blockSize)
+		for c0 := int64(0); c0 < cols; c0 += blockSize {
+			c1 := min(cols, c0+blockSize)
+			var m uint16
+			for row := b0; row < b1; row++ {
+				m = max(m, amaxBF16(src[2*(row*cols+c0):2*(row*cols+c1)]))
+			}
+			amax := math.Float32frombits(uint32(m) << 16)
+			scale := float32(1)
+			if amax > 0 {
+				scale = fp8Max / amax
+			}
+			inv = append(inv, 1/scale)
+			for row := b0; row < b1; row++ {
+				encodeScaledBF16(out[row*cols+c0:row*cols+c1], src[2*(row*cols+c0):2*(row*cols+c1)], scale)
+			}
+		}
+	}
+	return inv
+}
+
+// amaxBF16 is the largest |x| of bfloat16 values, as bits (their order is
+// the values' for finite x).
+func amaxBF16(src []byte) uint16 {
+	var m0, m1, m2, m3 uint64 // four lanes of a 64-bit load
+	i := 0
+	if n := len(src) / 32 * 16; useAVX2 && n > 0 {
+		var lanes [16]uint16
+		amaxBF16AVX2(&src[0], n, &lanes)
+		for _, l := range lanes {
+			m0 = max(m0, uint64(l))
+		}
+		i = 2 * n
+	}
+	for ; i+8 <= len(src); i += 8 {
+		u := binary.LittleEndian.Uint64(src[i:]) & 0x7fff7fff7fff7fff
+		if a := u & 0xffff; a > m0 {
+			m0 = a
+		}
+		if a := u >> 16 & 0xffff; a > m1 {
+			m1 = a
+		}
+		if a := u >> 32 & 0xffff; a > m2 {
+			m2 = a
+		}
+		if a := u >> 48; a > m3 {
+			m3 = a
+		}
+	}
+	m := max(m0, m1, m2, m3)
+	for ; i+1 < len(src); i += 2 {
+		m = max(m, uint64(binary.LittleEndian.Uint16(src[i:])&0x7fff))
+	}
+	return uint16(m)
+}
+
+// encodeScaledBF16 writes e4m3(x × scale) for each bfloat16 x of src, four
+// at a time from one 64-bit load, branch-free; the rare values outside the
+// fast path's range (subnormals, saturation, NaN) are redone after.
+func encodeScaledBF16(dst []byte, src []byte, scale float32) {
+	n := len(dst)
+	src = src[:2*n]
+	var oob uint64
+	i := 0
+	if useAVX2 && n >= 8 {
+		i = n &^ 7
+		if e4m3MulBF16AVX2(&dst[0], &src[0], i, scale) {
+			oob = 1
+		}
+	}
+	for ; i+4 <= n; i += 4 {
+		u := binary.LittleEndian.Uint64(src[2*i : 2*i+8])
+		d := dst[i : i+4 : i+4]
+		var o0, o1, o2, o3 uint64
+		d[0], o0 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u)<<16) * scale))
+		d[1], o1 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>16)<<16) * scale))
+		d[2], o2 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>32)<<16) * scale))
+		d[3], o3 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>48)<<16) * scale))
+		oob |= o0 | o1 | o2 | o3
+	}
+	for ; i < n; i++ {
+		var o uint64
+		dst[i], o = fastE4M3(math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) * scale))
+		oob |= o
+	}
+	if oob == 0 {
+		return
+	}
+	for i := range dst {
+		b := math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) * scale)
+		if _, o := fastE4M3(b); o != 0 {
+			dst[i] = e4m3Ref(math.Float32frombits(b))
+		}
+	}
+}
+
+// fastE4M3 is e4m3 of the float32 with bits b where 2^-6 ≤ |x| < 464: the
+// exponent rebiased and the mantissa rounded to 3 bits, nearest even, in
+// one integer step (it gives 0x7e, 448, from 448 up, as saturation does).
+// oob is nonzero when x is outside that range and the code is not e4m3's.
+func fastE4M3(b uint32) (code uint8, oob uint64) {
+	a := b &^ (1 << 31)
+	d := int64(a) - 0x3c800000
+	oob = (uint64(d) | uint64(0x43e80000-0x3c800000-1-d)) >> 63
+	return uint8(b>>24)&0x80 | uint8((a+0x7ffff+(a>>20)&1-120<<23)>>20), oob
+}
+
+// e4m3Bits is e4m3 of the float32 with bits b. In [2^-6, 448) the code is
+// the exponent rebiased and the mantissa rounded to 3 bits, nearest even,
+// in one integer step (it cannot pass 0x7e there); elsewhere the plain
+// definition.
+func e4m3Bits(b uint32) uint8 {
+	a := b &^ (1 << 31)
+	if a-0x3c800000 < 0x43e00000-0x3c800000 {
+		return uint8(b>>24)&0x80 | uint8((a+0x7ffff+(a>>20)&1-120<<23)>>20)
+	}
+	return e4m3Ref(math.Float32frombits(b))
+}
+
+// encodeDividedBF16 writes e4m3(x / scale) for each bfloat16 x of src
+// (encodeDivided's bits, read from bfloat16 as encodeScaledBF16 does).
+func encodeDividedBF16(dst []byte, src []byte, scale float32) {
+	n := len(dst)
+	src = src[:2*n]
+	var oob uint64
+	i := 0
+	if useAVX2 && n >= 8 {
+		i = n &^ 7
+		if e4m3DivBF16AVX2(&dst[0], &src[0], i, scale) {
+			oob = 1
+		}
+	}
+	for ; i+4 <= n; i += 4 {
+		u := binary.LittleEndian.Uint64(src[2*i : 2*i+8])
+		d := dst[i : i+4 : i+4]
+		var o0, o1, o2, o3 uint64
+		d[0], o0 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u)<<16) / scale))
+		d[1], o1 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>16)<<16) / scale))
+		d[2], o2 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>32)<<16) / scale))
+		d[3], o3 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>48)<<16) / scale))
+		oob |= o0 | o1 | o2 | o3
+	}
+	for ; i < n; i++ {
+		var o uint64
+		dst[i], o = fastE4M3(math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) / scale))
+		oob |= o
+	}
+	if oob == 0 {
+		return
+	}
+	for i := range dst {
+		b := math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) / scale)
+		if _, o := fastE4M3(b); o != 0 {
 			dst[i] = e4m3Ref(math.Float32frombits(b))
 		}
 	}
