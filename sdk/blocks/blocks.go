@@ -10,11 +10,17 @@ type Linear struct {
 
 // Apply computes x·Wᵀ + b. The transpose is of a weight, so compilers fold it.
 func (l Linear) Apply(f *fn.Func, x fn.Value) fn.Value {
-	y := f.MatMul(x, f.Transpose(l.Weight, 1, 0))
+	// Gemm with transB over the rows of x: the weight is used as stored,
+	// [out, in], so ONNX Runtime pre-packs it without folding a
+	// transposed copy at every session creation.
+	lead := f.Op("Shape", []fn.Value{x}, fn.AttrInt("end", -1)) // x's leading dims
+	rows := f.Op("Flatten", []fn.Value{x}, fn.AttrInt("axis", -1))
+	in := []fn.Value{rows, l.Weight}
 	if l.Bias != "" {
-		y = f.Add(y, l.Bias)
+		in = append(in, l.Bias)
 	}
-	return y
+	y := f.Op("Gemm", in, fn.AttrInt("transB", 1))
+	return f.Op("Reshape", []fn.Value{y, f.Concat(0, lead, f.Ints(-1))})
 }
 
 // LinearInputs declares the formal inputs of a Linear called name: the weight

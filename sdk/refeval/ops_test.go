@@ -14,6 +14,10 @@ func aInt(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_INT, I: v}
 }
 
+func aFloat(name string, v float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_FLOAT, F: v}
+}
+
 func aInts(name string, v ...int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_INTS, Ints: v}
 }
@@ -196,6 +200,13 @@ func TestOps(t *testing.T) {
 		{"matmul batched broadcast", "MatMul", []*Tensor{f32(sh(2, 1, 1, 2), 1, 2, 3, 4), f32(sh(3, 2, 1), 1, 0, 0, 1, 1, 1)}, nil,
 			[]Tensor{Floats(sh(2, 3, 1, 1), 1, 2, 3, 3, 4, 7)}},
 		{"matmul vector", "MatMul", []*Tensor{f32(sh(2), 1, 2), f32(sh(2, 3), 1, 2, 3, 4, 5, 6)}, nil, []Tensor{Floats(sh(3), 9, 12, 15)}},
+		// Gemm as a Linear uses it: x [2,2] · Wᵀ for W [3,2] (out, in), bias [3].
+		{"gemm transB with bias", "Gemm", []*Tensor{f32(sh(2, 2), 1, 2, 3, 4), f32(sh(3, 2), 1, 0, 0, 1, 1, 1), f32(sh(3), 10, 20, 30)},
+			[]*onnxpb.AttributeProto{aInt("transB", 1)}, []Tensor{Floats(sh(2, 3), 11, 22, 33, 13, 24, 37)}},
+		{"gemm transA alpha beta", "Gemm", []*Tensor{f32(sh(2, 1), 1, 2), f32(sh(2, 2), 1, 2, 3, 4), f32(sh(1), 1)},
+			[]*onnxpb.AttributeProto{aInt("transA", 1), aFloat("alpha", 2), aFloat("beta", 3)}, []Tensor{Floats(sh(1, 2), 17, 23)}},
+		{"flatten last axis", "Flatten", []*Tensor{f32(sh(2, 3, 2), seq(12)...)}, []*onnxpb.AttributeProto{aInt("axis", -1)},
+			[]Tensor{Floats(sh(6, 2), seq(12)...)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -361,3 +361,92 @@ func cumSumOp(n *node) ([]Tensor, error) {
 	out.round()
 	return []Tensor{out}, nil
 }
+
+func init() {
+	register(map[string]opFunc{"Gemm": gemmOp, "Flatten": flattenOp})
+}
+
+// gemmOp is alpha·A'·B' + beta·C with A' = Aᵀ if transA, B' = Bᵀ if
+// transB (2-D operands), C broadcast to the product.
+func gemmOp(n *node) ([]Tensor, error) {
+	if err := n.inputs(2, 3); err != nil {
+		return nil, err
+	}
+	a, b := *n.in[0], *n.in[1]
+	if err := sameType(a, b); err != nil {
+		return nil, err
+	}
+	if len(a.Shape) != 2 || len(b.Shape) != 2 || a.F == nil {
+		return nil, fmt.Errorf("Gemm takes 2-D float operands, got %v and %v", a.Shape, b.Shape)
+	}
+	ta, tb := n.attrInt("transA", 0) == 1, n.attrInt("transB", 0) == 1
+	m, k := a.Shape[0], a.Shape[1]
+	if ta {
+		m, k = k, m
+	}
+	k2, nn := b.Shape[0], b.Shape[1]
+	if tb {
+		k2, nn = nn, k2
+	}
+	if k != k2 {
+		return nil, fmt.Errorf("Gemm: shapes %v and %v do not multiply (transA %v, transB %v)", a.Shape, b.Shape, ta, tb)
+	}
+	at := func(i, l int64) float64 {
+		if ta {
+			return a.float64At(int(l*m + i))
+		}
+		return a.float64At(int(i*k + l))
+	}
+	bt := func(l, j int64) float64 {
+		if tb {
+			return b.float64At(int(j*k + l))
+		}
+		return b.float64At(int(l*nn + j))
+	}
+	alpha, beta := float64(n.attrFloat("alpha", 1)), float64(n.attrFloat("beta", 1))
+	y := alloc(a.DType, []int64{m, nn})
+	for i := range m {
+		for j := range nn {
+			var s float64
+			for l := range k {
+				s += at(i, l) * bt(l, j)
+			}
+			y.F[i*nn+j] = float32(alpha * s)
+		}
+	}
+	c := n.optional(2)
+	if c == nil {
+		return []Tensor{y}, nil
+	}
+	scaled := clone(*c)
+	for i := range scaled.F {
+		scaled.F[i] = float32(beta * float64(scaled.F[i]))
+	}
+	return ops["Add"](&node{op: "Add", in: []*Tensor{&y, &scaled}, nOut: 1, attrs: n.attrs})
+}
+
+// flattenOp reshapes to [prod(dims before axis), prod(the rest)].
+func flattenOp(n *node) ([]Tensor, error) {
+	x, err := n.input(0)
+	if err != nil {
+		return nil, err
+	}
+	axis := n.attrInt("axis", 1)
+	if axis < 0 {
+		axis += int64(len(x.Shape))
+	}
+	if axis < 0 || axis > int64(len(x.Shape)) {
+		return nil, fmt.Errorf("Flatten axis %d of a rank-%d tensor", n.attrInt("axis", 1), len(x.Shape))
+	}
+	outer, inner := int64(1), int64(1)
+	for i, d := range x.Shape {
+		if int64(i) < axis {
+			outer *= d
+		} else {
+			inner *= d
+		}
+	}
+	y := clone(x)
+	y.Shape = []int64{outer, inner}
+	return []Tensor{y}, nil
+}
