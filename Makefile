@@ -8,9 +8,10 @@ TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
 BENCHENV := .venv/bench
+BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch clean
+.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch bench-ort clean
 
 all: build
 
@@ -42,6 +43,17 @@ bench: build
 # against cp of the same directory; peak RSS at 4 and 16 layers.
 bench-convert: build
 	$(GO) run ./internal/cmd/benchconvert --strata bin/strata --json bench/convert-results.json
+
+# strata's export against the ONNX Runtime GenAI model builder's, as ONNX
+# Runtime opens them (session creation time and peak RSS), on a random
+# 852M Llama in float32 and bfloat16 (about 10 minutes; its own environment).
+bench-ort: build $(BENCHORTENV)/.installed
+	$(BENCHORTENV)/bin/python bench/ort/compare.py --json bench/ort/results.json
+
+$(BENCHORTENV)/.installed: bench/ort/requirements.txt
+	$(PYTHON) -m venv $(BENCHORTENV)
+	$(BENCHORTENV)/bin/pip install -q --disable-pip-version-check -r bench/ort/requirements.txt
+	touch $@
 
 # strata against torch.onnx.export on a mid-size random Llama (a few minutes,
 # ~5 GB of RAM; torch in its own environment).
