@@ -2,12 +2,9 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -18,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // bigLlama writes a Llama-shaped checkpoint of layers × ~mb MB of float32
@@ -61,25 +59,6 @@ func bigLlama(t *testing.T, layers, mb int) string {
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
 	os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte("{}"), 0o644)
 	return dir
-}
-
-func hashTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		if strings.HasPrefix(d.Name(), ".strata-") { // the ownership manifest (inodes) and locks
-			return nil
-		}
-		b, _ := os.ReadFile(p)
-		h := sha256.Sum256(b)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = hex.EncodeToString(h[:])
-		return nil
-	})
-	return out
 }
 
 func sameFiles(t *testing.T, got, want map[string]string) {
@@ -158,7 +137,7 @@ func TestConvertSurvivesKill9(t *testing.T) {
 	if code, _, stderr := strata(t, append([]string{"convert", src, "--out", ref}, args...)...); code != 0 {
 		t.Fatal(stderr)
 	}
-	want := hashTree(t, ref)
+	want := testbin.HashTree(t, ref)
 	out := filepath.Join(t.TempDir(), "out")
 	for _, after := range []time.Duration{50 * time.Millisecond, 1500 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond} {
 		cmd := exec.Command(strataBin, append([]string{"convert", src, "--out", out}, args...)...)
@@ -176,7 +155,7 @@ func TestConvertSurvivesKill9(t *testing.T) {
 	if !strings.Contains(stdout, "already present") || strings.Contains(stdout, " 0 already present") {
 		t.Logf("no layer survived the kills (slow machine?): %s", stdout)
 	}
-	sameFiles(t, hashTree(t, out), want)
+	sameFiles(t, testbin.HashTree(t, out), want)
 }
 
 // TestConvertCtrlCStopsWithinASecond interrupts a running conversion; it
@@ -253,5 +232,5 @@ func TestConvertFullDiskFailsClearlyAndResumes(t *testing.T) {
 	}
 	ref := filepath.Join(t.TempDir(), "ref")
 	strata(t, "convert", src, "--out", ref, "--dtype", "float16")
-	sameFiles(t, hashTree(t, out), hashTree(t, ref))
+	sameFiles(t, testbin.HashTree(t, out), testbin.HashTree(t, ref))
 }

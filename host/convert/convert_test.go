@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 func run(t *testing.T, src, out string, opts Options) *Result {
@@ -415,7 +417,7 @@ func TestResumeAndScaleOutGiveIdenticalOutput(t *testing.T) {
 	src := m.write(t, t.TempDir())
 	ref := filepath.Join(t.TempDir(), "ref")
 	run(t, src, ref, Options{DType: "bfloat16", Quantize: QuantFP8Block})
-	want := treeHash(t, ref)
+	want := testbin.HashTree(t, ref)
 
 	shared := filepath.Join(t.TempDir(), "shared")
 	opts := Options{DType: "bfloat16", Quantize: QuantFP8Block}
@@ -437,7 +439,7 @@ func TestResumeAndScaleOutGiveIdenticalOutput(t *testing.T) {
 	if len(res.Written) != 0 || !res.Finalized {
 		t.Errorf("finalize rewrote layers %v", res.Written)
 	}
-	if got := treeHash(t, shared); !mapsEqual(got, want) {
+	if got := testbin.HashTree(t, shared); !mapsEqual(got, want) {
 		t.Errorf("scaled-out output differs from one run:\n%v\n%v", got, want)
 	}
 	// A layer shard lost: the next run rewrites just it.
@@ -446,7 +448,7 @@ func TestResumeAndScaleOutGiveIdenticalOutput(t *testing.T) {
 	if !slices.Equal(res.Written, []int{2}) || len(res.Kept) != 3 {
 		t.Errorf("resume wrote %v kept %v", res.Written, res.Kept)
 	}
-	if got := treeHash(t, shared); !mapsEqual(got, want) {
+	if got := testbin.HashTree(t, shared); !mapsEqual(got, want) {
 		t.Error("resumed output differs")
 	}
 }
@@ -481,7 +483,7 @@ func TestRangesConvertedAtOnceIntoOneDirectory(t *testing.T) {
 		if len(res.Written) != 0 {
 			t.Errorf("finalize rewrote layers %v", res.Written)
 		}
-		if got := treeHash(t, shared); !mapsEqual(got, treeHash(t, ref)) {
+		if got := testbin.HashTree(t, shared); !mapsEqual(got, testbin.HashTree(t, ref)) {
 			t.Errorf("round %d: output of concurrent ranges differs from one run", round)
 		}
 	}
@@ -527,7 +529,7 @@ func TestCancelStopsPromptlyAndResumes(t *testing.T) {
 	run(t, src, out, Options{Quantize: QuantFP8Dynamic, DType: "float16"})
 	ref := filepath.Join(t.TempDir(), "ref")
 	run(t, src, ref, Options{Quantize: QuantFP8Dynamic, DType: "float16"})
-	if !mapsEqual(treeHash(t, out), treeHash(t, ref)) {
+	if !mapsEqual(testbin.HashTree(t, out), testbin.HashTree(t, ref)) {
 		t.Error("output after cancel + resume differs from one run")
 	}
 }
@@ -549,7 +551,7 @@ func TestBadInputFailsClearlyAndTouchesNothing(t *testing.T) {
 
 	before := map[string]map[string]string{}
 	for _, d := range []string{src, fp8Src, u8Src} {
-		before[d] = treeHash(t, d)
+		before[d] = testbin.HashTree(t, d)
 	}
 	cases := []struct {
 		name, src, out string
@@ -583,7 +585,7 @@ func TestBadInputFailsClearlyAndTouchesNothing(t *testing.T) {
 		})
 	}
 	for d, h := range before {
-		if !mapsEqual(treeHash(t, d), h) {
+		if !mapsEqual(testbin.HashTree(t, d), h) {
 			t.Errorf("source %s modified", d)
 		}
 	}

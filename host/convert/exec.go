@@ -442,7 +442,7 @@ func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
 			for row := range r1 - r0 {
 				src, dst := raw[2*row*r.cols:2*(row+1)*r.cols], out[row*r.cols:(row+1)*r.cols]
 				s := channelScale(math.Float32frombits(uint32(amaxBF16(src)) << 16))
-				encodeDividedBF16(dst, src, s)
+				encodeBF16(dst, src, s, true)
 			}
 		} else {
 			if vals, err = r.read(r0, r1, vals); err != nil {
@@ -504,14 +504,12 @@ func amaxBits(vals []float32, cols, r0, r1, c0, c1 int64) float32 {
 func encodeScaled(dst []byte, src []float32, scale float32) {
 	dst = dst[:len(src)]
 	for i, x := range src {
-		b := math.Float32bits(x * scale)
-		a := b &^ (1 << 31)
-		if a-0x3c800000 < 0x43e00000-0x3c800000 { // 2^-6 ≤ |y| < 448: the bit path
-			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
-			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
-		} else {
-			dst[i] = e4m3Ref(math.Float32frombits(b))
+		y := x * scale
+		code, ok := fastE4M3(math.Float32bits(y)) // inlined; e4m3 itself is a call
+		if !ok {
+			code = e4m3Ref(y)
 		}
+		dst[i] = code
 	}
 }
 
@@ -520,14 +518,12 @@ func encodeScaled(dst []byte, src []float32, scale float32) {
 func encodeDivided(dst []byte, src []float32, scale float32) {
 	dst = dst[:len(src)]
 	for i, x := range src {
-		b := math.Float32bits(x / scale)
-		a := b &^ (1 << 31)
-		if a-0x3c800000 < 0x43e00000-0x3c800000 {
-			code := (a + 0x7ffff + (a>>20)&1 - 120<<23) >> 20
-			dst[i] = uint8(b>>24)&0x80 | uint8(min(code, 0x7e))
-		} else {
-			dst[i] = e4m3Ref(math.Float32frombits(b))
+		y := x / scale
+		code, ok := fastE4M3(math.Float32bits(y)) // inlined; e4m3 itself is a call
+		if !ok {
+			code = e4m3Ref(y)
 		}
+		dst[i] = code
 	}
 }
 
@@ -554,7 +550,7 @@ func quantBlockRowsBF16(src []byte, out []byte, cols int64, inv []float32) []flo
 			}
 			inv = append(inv, 1/scale)
 			for row := b0; row < b1; row++ {
-				encodeScaledBF16(out[row*cols+c0:row*cols+c1], src[2*(row*cols+c0):2*(row*cols+c1)], scale)
+				encodeBF16(out[row*cols+c0:row*cols+c1], src[2*(row*cols+c0):2*(row*cols+c1)], scale, false)
 			}
 		}
 	}
@@ -596,42 +592,28 @@ func amaxBF16(src []byte) uint16 {
 	return uint16(m)
 }
 
-// encodeScaledBF16 writes e4m3(x × scale) for each bfloat16 x of src, four
-// at a time from one 64-bit load, branch-free; the rare values outside the
-// fast path's range (subnormals, saturation, NaN) are redone after.
-func encodeScaledBF16(dst []byte, src []byte, scale float32) {
+// encodeBF16 writes e4m3(x × scale), or e4m3(x / scale) with divide, for
+// each bfloat16 x of src: eight at a time in AVX2 where the CPU has it
+// (redone here when a value left the kernel's fast range), else one by one.
+func encodeBF16(dst []byte, src []byte, scale float32, divide bool) {
 	n := len(dst)
 	src = src[:2*n]
-	var oob uint64
-	i := 0
+	start := 0
 	if useAVX2 && n >= 8 {
-		i = n &^ 7
-		if e4m3MulBF16AVX2(&dst[0], &src[0], i, scale) {
-			oob = 1
+		kernel := e4m3MulBF16AVX2
+		if divide {
+			kernel = e4m3DivBF16AVX2
+		}
+		if start = n &^ 7; kernel(&dst[0], &src[0], start, scale) {
+			start = 0 // a subnormal, saturated or NaN value: the Go path for all
 		}
 	}
-	for ; i+4 <= n; i += 4 {
-		u := binary.LittleEndian.Uint64(src[2*i : 2*i+8])
-		d := dst[i : i+4 : i+4]
-		var o0, o1, o2, o3 uint64
-		d[0], o0 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u)<<16) * scale))
-		d[1], o1 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>16)<<16) * scale))
-		d[2], o2 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>32)<<16) * scale))
-		d[3], o3 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>48)<<16) * scale))
-		oob |= o0 | o1 | o2 | o3
-	}
-	for ; i < n; i++ {
-		var o uint64
-		dst[i], o = fastE4M3(math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) * scale))
-		oob |= o
-	}
-	if oob == 0 {
-		return
-	}
-	for i := range dst {
-		b := math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) * scale)
-		if _, o := fastE4M3(b); o != 0 {
-			dst[i] = e4m3Ref(math.Float32frombits(b))
+	for i := start; i < n; i++ {
+		x := math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
+		if divide {
+			dst[i] = e4m3(x / scale)
+		} else {
+			dst[i] = e4m3(x * scale)
 		}
 	}
 }
@@ -639,61 +621,8 @@ func encodeScaledBF16(dst []byte, src []byte, scale float32) {
 // fastE4M3 is e4m3 of the float32 with bits b where 2^-6 ≤ |x| < 464: the
 // exponent rebiased and the mantissa rounded to 3 bits, nearest even, in
 // one integer step (it gives 0x7e, 448, from 448 up, as saturation does).
-// oob is nonzero when x is outside that range and the code is not e4m3's.
-func fastE4M3(b uint32) (code uint8, oob uint64) {
+// ok is false when x is outside that range and the code is not e4m3's.
+func fastE4M3(b uint32) (code uint8, ok bool) {
 	a := b &^ (1 << 31)
-	d := int64(a) - 0x3c800000
-	oob = (uint64(d) | uint64(0x43e80000-0x3c800000-1-d)) >> 63
-	return uint8(b>>24)&0x80 | uint8((a+0x7ffff+(a>>20)&1-120<<23)>>20), oob
-}
-
-// e4m3Bits is e4m3 of the float32 with bits b. In [2^-6, 448) the code is
-// the exponent rebiased and the mantissa rounded to 3 bits, nearest even,
-// in one integer step (it cannot pass 0x7e there); elsewhere the plain
-// definition.
-func e4m3Bits(b uint32) uint8 {
-	a := b &^ (1 << 31)
-	if a-0x3c800000 < 0x43e00000-0x3c800000 {
-		return uint8(b>>24)&0x80 | uint8((a+0x7ffff+(a>>20)&1-120<<23)>>20)
-	}
-	return e4m3Ref(math.Float32frombits(b))
-}
-
-// encodeDividedBF16 writes e4m3(x / scale) for each bfloat16 x of src
-// (encodeDivided's bits, read from bfloat16 as encodeScaledBF16 does).
-func encodeDividedBF16(dst []byte, src []byte, scale float32) {
-	n := len(dst)
-	src = src[:2*n]
-	var oob uint64
-	i := 0
-	if useAVX2 && n >= 8 {
-		i = n &^ 7
-		if e4m3DivBF16AVX2(&dst[0], &src[0], i, scale) {
-			oob = 1
-		}
-	}
-	for ; i+4 <= n; i += 4 {
-		u := binary.LittleEndian.Uint64(src[2*i : 2*i+8])
-		d := dst[i : i+4 : i+4]
-		var o0, o1, o2, o3 uint64
-		d[0], o0 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u)<<16) / scale))
-		d[1], o1 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>16)<<16) / scale))
-		d[2], o2 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>32)<<16) / scale))
-		d[3], o3 = fastE4M3(math.Float32bits(math.Float32frombits(uint32(u>>48)<<16) / scale))
-		oob |= o0 | o1 | o2 | o3
-	}
-	for ; i < n; i++ {
-		var o uint64
-		dst[i], o = fastE4M3(math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) / scale))
-		oob |= o
-	}
-	if oob == 0 {
-		return
-	}
-	for i := range dst {
-		b := math.Float32bits(math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) / scale)
-		if _, o := fastE4M3(b); o != 0 {
-			dst[i] = e4m3Ref(math.Float32frombits(b))
-		}
-	}
+	return uint8(b>>24)&0x80 | uint8((a+0x7ffff+(a>>20)&1-120<<23)>>20), a-0x3c800000 < 0x43e80000-0x3c800000
 }

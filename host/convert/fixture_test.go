@@ -2,18 +2,14 @@ package convert
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/host/checkpoint"
@@ -228,26 +224,6 @@ func (o *output) exclusions() []string {
 			}
 		}
 	}
-	return out
-}
-
-// treeHash hashes every file under dir (names and bytes).
-func treeHash(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		if strings.HasPrefix(d.Name(), ".strata-") { // the ownership manifest (inodes) and locks
-			return nil
-		}
-		b, _ := os.ReadFile(p)
-		h := sha256.Sum256(b)
-		rel, _ := filepath.Rel(dir, p)
-		out[rel] = hex.EncodeToString(h[:])
-		return nil
-	})
 	return out
 }
 

@@ -26,7 +26,7 @@ func BenchmarkEncodeBF16(b *testing.B) {
 			defer func() { useAVX2 = saved }()
 			b.SetBytes(int64(len(src)))
 			for b.Loop() {
-				encodeScaledBF16(dst, src, 100)
+				encodeBF16(dst, src, 100, false)
 			}
 		})
 	}

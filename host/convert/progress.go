@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	meter "github.com/strata-llm/strata/host/progress"
 )
 
 // progress reports layers done, bytes/s and ETA: a bar redrawn in place
@@ -86,7 +88,7 @@ func (pr *progress) finish(l int) {
 	if l < 0 {
 		what = "tail"
 	}
-	fmt.Fprintf(pr.w, "%s written (%s): %d/%d shards, %s/s, ETA %s\n", what, human(pr.bytesOf[l]), done, pr.layers, human(int64(rate)), eta)
+	fmt.Fprintf(pr.w, "%s written (%s): %d/%d shards, %s/s, ETA %s\n", what, meter.Bytes(pr.bytesOf[l]), done, pr.layers, meter.Bytes(int64(rate)), eta)
 }
 
 func (pr *progress) rate() (float64, string) {
@@ -112,7 +114,7 @@ func (pr *progress) draw() {
 	fill := int(frac * width)
 	rate, eta := pr.rate()
 	fmt.Fprintf(pr.w, "\r\x1b[K[%s%s] %d/%d shards  %s  %s/s  ETA %s",
-		strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, pr.layers, human(pr.written.Load()), human(int64(rate)), eta)
+		strings.Repeat("#", fill), strings.Repeat("-", width-fill), done, pr.layers, meter.Bytes(pr.written.Load()), meter.Bytes(int64(rate)), eta)
 }
 
 // stop ends the bar (idempotent).
@@ -125,17 +127,4 @@ func (pr *progress) stop() {
 			fmt.Fprintln(pr.w)
 		}
 	})
-}
-
-// human writes a byte count with a decimal unit.
-func human(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -4,11 +4,15 @@ package testbin
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/headeronly"
@@ -110,4 +114,29 @@ func HeaderOnlyShards(t testing.TB, release string, maxShardBytes int64) string 
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// HashTree is the sha256 of every file under dir by its slash path, leaving
+// out strata's control files (the ownership manifest records inodes, which
+// differ between two runs that write the same bytes; locks are empty).
+func HashTree(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), ".strata-") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		h := sha256.Sum256(b)
+		rel, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(rel)] = hex.EncodeToString(h[:])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
