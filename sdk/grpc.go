@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -54,30 +55,68 @@ func newGRPCServer(opts []grpc.ServerOption) *grpc.Server {
 // panic as Internal, with the stack in the plugin's log.
 type server struct {
 	pb.UnimplementedArchitectureServer
-	impl Architecture
-	log  hclog.Logger
+	impl   Architecture
+	log    hclog.Logger
+	models models
+}
+
+// models is the last model the host sent whole with an id: the host sends
+// later calls its id alone (DescribeResponse.remembers_models).
+type models struct {
+	mu   sync.Mutex
+	last *pb.Model
+}
+
+// resolve returns the model a request names: m itself when sent whole
+// (remembered when it has an id), the remembered one when m is its id alone.
+func (ms *models) resolve(m *pb.Model) (*pb.Model, error) {
+	if m.GetId() == "" {
+		return m, nil
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if len(m.GetConfigJson()) > 0 || len(m.GetTensors()) > 0 {
+		ms.last = m
+		return m, nil
+	}
+	if ms.last == nil || ms.last.GetId() != m.GetId() {
+		return nil, status.Errorf(codes.FailedPrecondition, "the host named model %q, which it has not sent this plugin whole (a host bug)", m.GetId())
+	}
+	return ms.last, nil
 }
 
 func (s *server) Describe(ctx context.Context, _ *pb.DescribeRequest) (resp *pb.DescribeResponse, err error) {
 	defer s.recover("Describe", &err)
 	resp, err = s.impl.Describe(ctx)
+	if resp != nil {
+		resp.RemembersModels = true
+	}
 	return resp, asStatus(err)
 }
 
 func (s *server) Check(ctx context.Context, req *pb.CheckRequest) (resp *pb.CheckResponse, err error) {
 	defer s.recover("Check", &err)
+	if req.Model, err = s.models.resolve(req.GetModel()); err != nil {
+		return nil, err
+	}
 	resp, err = s.impl.Check(ctx, req)
 	return resp, asStatus(err)
 }
 
 func (s *server) Plan(ctx context.Context, req *pb.PlanRequest) (resp *pb.PlanResponse, err error) {
 	defer s.recover("Plan", &err)
+	if req.Model, err = s.models.resolve(req.GetModel()); err != nil {
+		return nil, err
+	}
 	resp, err = s.impl.Plan(ctx, req)
 	return resp, asStatus(err)
 }
 
 func (s *server) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.BuildResponse, err error) {
 	defer s.recover("Build", &err)
+	if req.Model, err = s.models.resolve(req.GetModel()); err != nil {
+		return nil, err
+	}
 	resp, err = s.impl.Build(ctx, req)
 	return resp, asStatus(err)
 }

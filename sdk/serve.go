@@ -1,7 +1,9 @@
 package sdk
 
 import (
+	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +23,7 @@ func Serve(impl Architecture) {
 	})
 	hclog.SetDefault(logger)
 	go exitWithParent(os.Getppid(), time.Second)
+	stopProfile := profileCPU(logger)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
@@ -29,6 +32,7 @@ func Serve(impl Architecture) {
 		GRPCServer: newGRPCServer,
 		Logger:     logger,
 	})
+	stopProfile()
 	os.Exit(0)
 }
 
@@ -40,4 +44,23 @@ func exitWithParent(parent int, every time.Duration) {
 			os.Exit(3)
 		}
 	}
+}
+
+// profileCPU writes a CPU profile of this plugin process to
+// $STRATA_PLUGIN_CPUPROFILE.<pid> when that is set (strata's --cpuprofile
+// covers the host alone); the returned func ends it.
+func profileCPU(logger hclog.Logger) func() {
+	prefix := os.Getenv("STRATA_PLUGIN_CPUPROFILE")
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%d", prefix, os.Getpid()))
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		logger.Error("STRATA_PLUGIN_CPUPROFILE", "error", err)
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }

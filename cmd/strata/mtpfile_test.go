@@ -3,10 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/internal/testbin"
 )
 
@@ -83,11 +85,15 @@ func TestStandaloneMTPFileIsSeen(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("export --mtp draft: exit %d\n%s", code, errOut)
 	}
-	spec, err := os.ReadFile(filepath.Join(export, "weight_spec.json"))
+	data, err := os.ReadFile(filepath.Join(export, "weight_spec.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(spec), `"source": "mtp.safetensors"`) || !strings.Contains(out, "mtp.onnx") {
+	spec, err := weights.ParseSpec(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(spec.Files, func(f weights.File) bool { return f.Source == "mtp.safetensors" }) || !strings.Contains(out, "mtp.onnx") {
 		t.Errorf("the draft does not read mtp.safetensors:\n%s", out)
 	}
 }

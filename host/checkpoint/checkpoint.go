@@ -13,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/valyala/fastjson"
 )
 
 const (
@@ -218,19 +220,19 @@ func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
 
 // parseIndex reads model.safetensors.index.json: the shard names, sorted,
 // and the weight map.
+// Read with fastjson, as the shard headers are (GLM-4.6's names 44,689
+// tensors).
 func parseIndex(data []byte) ([]string, map[string]string, error) {
-	var idx struct {
-		WeightMap map[string]string `json:"weight_map"`
+	weightMap, err := readWeightMap(data)
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := json.Unmarshal(data, &idx); err != nil {
-		return nil, nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if len(idx.WeightMap) == 0 {
+	if len(weightMap) == 0 {
 		return nil, nil, errors.New("empty or missing \"weight_map\"")
 	}
 	seen := map[string]bool{}
 	var names []string
-	for _, file := range idx.WeightMap {
+	for _, file := range weightMap {
 		if !seen[file] {
 			if err := checkRelative(file); err != nil {
 				return nil, nil, fmt.Errorf("shard %q: %w", file, err)
@@ -240,7 +242,41 @@ func parseIndex(data []byte) ([]string, map[string]string, error) {
 		}
 	}
 	sort.Strings(names)
-	return names, idx.WeightMap, nil
+	return names, weightMap, nil
+}
+
+// readWeightMap reads the index's "weight_map" object: tensor key to shard.
+func readWeightMap(data []byte) (map[string]string, error) {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return nil, fmt.Errorf("invalid JSON: the index is %s, not an object", v.Type())
+	}
+	wm := v.Get("weight_map")
+	if wm == nil || wm.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	obj, err := wm.Object()
+	if err != nil {
+		return nil, fmt.Errorf("\"weight_map\" is %s, not an object", wm.Type())
+	}
+	out := make(map[string]string, obj.Len())
+	obj.Visit(func(k []byte, v *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		file, e := v.StringBytes()
+		if e != nil {
+			err = fmt.Errorf("\"weight_map\": tensor %s: the shard is %s, not a file name", k, v.Type())
+			return
+		}
+		out[string(k)] = string(file)
+	})
+	return out, err
 }
 
 // checkRelative refuses shard names that would leave the checkpoint directory.

@@ -266,6 +266,32 @@ func TestOpenCorruptShard(t *testing.T) {
 			write: func(t *testing.T, path string) { writeRaw(t, path, 6, []byte(`{"a": `), 0) },
 			want:  []string{"invalid header JSON"},
 		},
+		"header not an object": {
+			write: func(t *testing.T, path string) { raw(t, path, `[1, 2]`, 0) },
+			want:  []string{"invalid header JSON", "array, not an object"},
+		},
+		"tensor twice": {
+			write: func(t *testing.T, path string) {
+				raw(t, path, `{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}`, 8)
+			},
+			want: []string{"tensor w is in the header twice"},
+		},
+		"entry not an object": {
+			write: func(t *testing.T, path string) { raw(t, path, `{"w":[1]}`, 0) },
+			want:  []string{"tensor w", "array, not an object"},
+		},
+		"three data_offsets": {
+			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}`, 8) },
+			want:  []string{"tensor w", "data_offsets: 3 numbers, not 2"},
+		},
+		"fractional dimension": {
+			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}`, 4) },
+			want:  []string{"tensor w", "shape:", "1.5"},
+		},
+		"dtype not a string": {
+			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}`, 4) },
+			want:  []string{"tensor w", "dtype:"},
+		},
 		"unknown dtype": {
 			write: func(t *testing.T, path string) {
 				writeShard(t, path, map[string]entry{"w": {DType: "F12", Shape: []int64{2}, Offsets: [2]int64{0, 3}}})

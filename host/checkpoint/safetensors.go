@@ -1,13 +1,13 @@
 package checkpoint
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"sort"
+
+	"github.com/valyala/fastjson"
 
 	"github.com/strata-llm/strata/sdk/dtype"
 )
@@ -49,13 +49,6 @@ type Shard struct {
 	// Unindexed: a safetensors file beside the index that the index does
 	// not name (a standalone mtp.safetensors).
 	Unindexed bool
-}
-
-// headerEntry is one tensor entry of a safetensors JSON header.
-type headerEntry struct {
-	DType       string   `json:"dtype"`
-	Shape       []int64  `json:"shape"`
-	DataOffsets [2]int64 `json:"data_offsets"`
 }
 
 // readShard reads and validates the header of the safetensors file at path
@@ -106,61 +99,134 @@ func readHeader(r io.ReaderAt, size int64, counter *int64) ([]byte, error) {
 	return header, nil
 }
 
+// parsers are reused from shard to shard: a fresh fastjson.Parser grows its
+// value cache anew for every header (119 MB allocated over GLM-4.6's 144).
+// Nothing parsed is kept: keys, dtypes and shapes are copied out.
+var parsers fastjson.ParserPool
+
+// parseHeader reads the JSON header with valyala/fastjson: encoding/json
+// took 3.8 ms for one GLM-4.6 shard's header (a Decoder per entry, to refuse
+// unknown fields), a third of the export over its 144 shards; fastjson 0.25.
 func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(header, &raw); err != nil {
+	p := parsers.Get()
+	defer parsers.Put(p)
+	v, err := p.ParseBytes(header)
+	if err != nil {
 		return nil, fmt.Errorf("invalid header JSON: %w", err)
 	}
+	obj, err := v.Object()
+	if err != nil {
+		return nil, fmt.Errorf("invalid header JSON: the header is %s, not an object", v.Type())
+	}
 	dataBytes := sh.Size - sh.HeaderBytes
-	tensors := make([]Tensor, 0, len(raw))
-	for key, msg := range raw {
-		if key == "__metadata__" {
-			continue
+	tensors := make([]Tensor, 0, obj.Len())
+	obj.Visit(func(k []byte, v *fastjson.Value) {
+		if err != nil || string(k) == "__metadata__" {
+			return
 		}
-		t, err := parseEntry(key, msg, sh, dataBytes)
-		if err != nil {
-			return nil, err
+		var t Tensor
+		if t, err = parseEntry(string(k), v, sh, dataBytes); err == nil {
+			tensors = append(tensors, t)
 		}
-		tensors = append(tensors, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Key < tensors[j].Key })
+	for i := 1; i < len(tensors); i++ {
+		if tensors[i].Key == tensors[i-1].Key {
+			return nil, fmt.Errorf("tensor %s is in the header twice: the header is corrupt", tensors[i].Key)
+		}
 	}
 	if err := checkOverlaps(tensors); err != nil {
 		return nil, err
 	}
-	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Key < tensors[j].Key })
 	return tensors, nil
 }
 
-func parseEntry(key string, msg json.RawMessage, sh Shard, dataBytes int64) (Tensor, error) {
-	var e headerEntry
-	dec := json.NewDecoder(bytes.NewReader(msg))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
+// parseEntry reads {"dtype": ..., "shape": [...], "data_offsets": [b, e]}
+// and checks it against the file.
+func parseEntry(key string, v *fastjson.Value, sh Shard, dataBytes int64) (Tensor, error) {
+	t, offsets, err := entryFields(v)
+	if err != nil {
 		return Tensor{}, fmt.Errorf("tensor %s: invalid header entry: %w", key, err)
 	}
-	info, ok := dtype.FromSafetensors(e.DType)
+	info, ok := dtype.FromSafetensors(t.DType)
 	if !ok {
-		return Tensor{}, fmt.Errorf("tensor %s: unknown dtype %q", key, e.DType)
+		return Tensor{}, fmt.Errorf("tensor %s: unknown dtype %q", key, t.DType)
 	}
-	begin, end := e.DataOffsets[0], e.DataOffsets[1]
-	t := Tensor{Key: key, DType: e.DType, Shape: e.Shape, Shard: sh.Name, Offset: sh.HeaderBytes + begin, Length: end - begin}
-	for _, d := range e.Shape {
+	begin, end := offsets[0], offsets[1]
+	t.Key, t.Shard, t.Offset, t.Length = key, sh.Name, sh.HeaderBytes+begin, end-begin
+	for _, d := range t.Shape {
 		if d < 0 {
-			return Tensor{}, fmt.Errorf("tensor %s: negative dimension in shape %v", key, e.Shape)
+			return Tensor{}, fmt.Errorf("tensor %s: negative dimension in shape %v", key, t.Shape)
 		}
 	}
-	if !fitsInt64(e.Shape) {
-		return Tensor{}, fmt.Errorf("tensor %s: shape %v has too many elements: the header is corrupt", key, e.Shape)
+	if !fitsInt64(t.Shape) {
+		return Tensor{}, fmt.Errorf("tensor %s: shape %v has too many elements: the header is corrupt", key, t.Shape)
 	}
 	if begin < 0 || end < begin {
 		return Tensor{}, fmt.Errorf("tensor %s: invalid data_offsets [%d, %d]", key, begin, end)
 	}
 	if want := info.ByteSize(t.Elements()); want != t.Length {
-		return Tensor{}, fmt.Errorf("tensor %s: data_offsets span %d bytes, but %s %v needs %d", key, t.Length, e.DType, e.Shape, want)
+		return Tensor{}, fmt.Errorf("tensor %s: data_offsets span %d bytes, but %s %v needs %d", key, t.Length, t.DType, t.Shape, want)
 	}
 	if end > dataBytes {
 		return Tensor{}, fmt.Errorf("tensor %s: its data ends at byte %d of the data section, but the file holds only %d data bytes: the file is truncated", key, end, dataBytes)
 	}
 	return t, nil
+}
+
+// entryFields reads an entry's three fields, refusing any other.
+func entryFields(v *fastjson.Value) (t Tensor, offsets [2]int64, err error) {
+	obj, err := v.Object()
+	if err != nil {
+		return t, offsets, fmt.Errorf("%s, not an object", v.Type())
+	}
+	obj.Visit(func(k []byte, v *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var field error
+		switch string(k) {
+		case "dtype":
+			var s []byte
+			s, field = v.StringBytes()
+			t.DType = string(s)
+		case "shape":
+			t.Shape, field = int64s(v, -1)
+		case "data_offsets":
+			var pair []int64
+			if pair, field = int64s(v, 2); field == nil {
+				offsets = [2]int64(pair)
+			}
+		default:
+			err = fmt.Errorf("unknown field %q", k)
+			return
+		}
+		if field != nil {
+			err = fmt.Errorf("%s: %w", k, field)
+		}
+	})
+	return t, offsets, err
+}
+
+// int64s reads an array of integers, of length n unless n is negative.
+func int64s(v *fastjson.Value, n int) ([]int64, error) {
+	items, err := v.Array()
+	if err != nil {
+		return nil, fmt.Errorf("%s, not an array", v.Type())
+	}
+	if n >= 0 && len(items) != n {
+		return nil, fmt.Errorf("%d numbers, not %d", len(items), n)
+	}
+	out := make([]int64, len(items))
+	for i, item := range items {
+		if out[i], err = item.Int64(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // fitsInt64 reports whether shape's size in bits, at up to 64 bits per

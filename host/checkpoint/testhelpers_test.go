@@ -65,6 +65,12 @@ func writeRaw(t *testing.T, path string, headerLen uint64, header []byte, dataBy
 	writeFile(t, path, buf)
 }
 
+// raw writes a safetensors file of header as given and dataBytes zeros.
+func raw(t *testing.T, path, header string, dataBytes int64) {
+	t.Helper()
+	writeRaw(t, path, uint64(len(header)), []byte(header), dataBytes)
+}
+
 // writeShard writes a well-formed safetensors file holding exactly the data
 // bytes entries need, and returns the JSON header length.
 func writeShard(t *testing.T, path string, entries map[string]entry) int64 {

@@ -101,6 +101,7 @@ type exporter struct {
 	ctx     context.Context
 	plugin  *plugins.Plugin
 	ckpt    *checkpoint.Checkpoint
+	model   *pb.Model // the plugin's view of ckpt, one object: sent once
 	opts    Options
 	compute dtype.DType
 	parts   parts
@@ -116,13 +117,13 @@ type exporter struct {
 // built in memory, the shards are linked, the spec written, and model.onnx
 // renamed into place last, so a model.onnx present is always complete.
 func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts Options) (res *Result, err error) {
-	e := &exporter{ctx: ctx, plugin: p, ckpt: ckpt}
+	e := &exporter{ctx: ctx, plugin: p, ckpt: ckpt, model: Model(ckpt)}
 	if e.opts, e.compute, err = checkOptions(opts); err != nil {
 		return nil, err
 	}
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
 		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
-	if e.parts, err = buildParts(ctx, p, ckpt, exportOpts, e.opts.Layerwise); err != nil {
+	if e.parts, err = buildParts(ctx, p, ckpt, e.model, exportOpts, e.opts.Layerwise); err != nil {
 		return nil, err
 	}
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
@@ -389,8 +390,7 @@ func Model(ckpt *checkpoint.Checkpoint) *pb.Model {
 
 // buildParts asks the plugin whether it can export the model (and, with
 // layerwise, whether it can do that layerwise), then for the plan and parts.
-func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts *pb.ExportOptions, layerwise bool) (parts, error) {
-	model := Model(ckpt)
+func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, model *pb.Model, opts *pb.ExportOptions, layerwise bool) (parts, error) {
 	check, err := p.Check(ctx, model)
 	if err != nil {
 		return parts{}, err

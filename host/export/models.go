@@ -66,7 +66,7 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	if name == "" || name == "model" || strings.ContainsAny(name, `/\.`) {
 		return separateModel{}, fmt.Errorf("the plugin names a model %q; a model's name must be a plain word other than \"model\"", name)
 	}
-	resp, err := e.plugin.Build(e.ctx, &pb.BuildRequest{Model: Model(e.ckpt), Options: exportOpts, Part: sdk.PartModel, ModelName: name})
+	resp, err := e.plugin.Build(e.ctx, &pb.BuildRequest{Model: e.model, Options: exportOpts, Part: sdk.PartModel, ModelName: name})
 	if err != nil {
 		return separateModel{}, err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -29,6 +31,43 @@ type Plugin struct {
 	// PeakRSS is the process's peak resident set size in bytes, read as it
 	// is stopped (0 where the OS does not say).
 	PeakRSS int64
+
+	models sentModels
+}
+
+// sentModels are the models a plugin that remembers_models has received
+// whole, by the host's pointer to each, with the id they were sent under.
+type sentModels struct {
+	mu   sync.Mutex
+	ids  map[*pb.Model]string
+	next int
+}
+
+// model is what a call sends for m: m whole, under an id the first time,
+// then that id alone, to a plugin that remembers models. done records a
+// successful call: until one returns, concurrent calls send m whole too.
+func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
+	if m == nil || !p.Desc.GetRemembersModels() {
+		return m, func() {}
+	}
+	s := &p.models
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.ids[m]; ok {
+		return &pb.Model{Id: id}, func() {}
+	}
+	s.next++
+	id := "m" + strconv.Itoa(s.next)
+	return &pb.Model{ConfigJson: m.ConfigJson, Tensors: m.Tensors, Id: id}, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.ids == nil {
+			s.ids = map[*pb.Model]string{}
+		}
+		if _, ok := s.ids[m]; !ok {
+			s.ids[m] = id
+		}
+	}
 }
 
 // start launches the plugin and asks it to describe itself.
@@ -110,20 +149,31 @@ func (p *Plugin) call(ctx context.Context, what string, fn func(context.Context)
 }
 
 // Check asks whether the plugin can export the model.
+// Calls that name the same *pb.Model send it once (Plugin.model); Plan and
+// Build replace their request's Model with what they send.
 func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse, err error) {
+	send, done := p.model(m)
 	err = p.call(ctx, "Check", func(ctx context.Context) error {
-		resp, err = p.arch.Check(ctx, &pb.CheckRequest{Model: m})
+		resp, err = p.arch.Check(ctx, &pb.CheckRequest{Model: send})
 		return err
 	})
+	if err == nil {
+		done()
+	}
 	return resp, err
 }
 
 // Plan asks for the model's layers and parts.
 func (p *Plugin) Plan(ctx context.Context, req *pb.PlanRequest) (resp *pb.PlanResponse, err error) {
+	var done func()
+	req.Model, done = p.model(req.GetModel())
 	err = p.call(ctx, "Plan", func(ctx context.Context) error {
 		resp, err = p.arch.Plan(ctx, req)
 		return err
 	})
+	if err == nil {
+		done()
+	}
 	return resp, err
 }
 
@@ -133,10 +183,15 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 	if req.GetKind() != "" {
 		what += " " + req.GetKind()
 	}
+	var done func()
+	req.Model, done = p.model(req.GetModel())
 	err = p.call(ctx, what, func(ctx context.Context) error {
 		resp, err = p.arch.Build(ctx, req)
 		return err
 	})
+	if err == nil {
+		done()
+	}
 	return resp, err
 }
 

@@ -4,6 +4,7 @@
 package weights
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -99,13 +100,51 @@ type Location struct {
 	Length int64 `json:"length"`
 }
 
-// Marshal renders the spec as indented JSON with a trailing newline.
+// Marshal renders the spec as JSON with a trailing newline: its fields one
+// per line, and each file and weight on a line of its own. Indenting every
+// source too doubled GLM-4.6's spec (17.5 MB, not 9 MB) and its encoding
+// time.
 func (s *Spec) Marshal() ([]byte, error) {
-	data, err := json.MarshalIndent(s, "", "  ")
+	head := *s
+	head.Files, head.Weights = nil, nil
+	data, err := json.MarshalIndent(head, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encoding weight spec: %w", err)
 	}
-	return append(data, '\n'), nil
+	// The lists, written one element a line, replace head's two nulls.
+	nulls := []byte(",\n  \"files\": null,\n  \"weights\": null\n}")
+	if !bytes.HasSuffix(data, nulls) {
+		return nil, fmt.Errorf("encoding weight spec: files and weights are not its last fields")
+	}
+	data = data[:len(data)-len(nulls)]
+	if data, err = appendLines(append(data, ",\n  \"files\": "...), s.Files); err != nil {
+		return nil, err
+	}
+	if data, err = appendLines(append(data, ",\n  \"weights\": "...), s.Weights); err != nil {
+		return nil, err
+	}
+	return append(data, "\n}\n"...), nil
+}
+
+// appendLines appends list as a JSON array with one element a line.
+func appendLines[T any](data []byte, list []T) ([]byte, error) {
+	if len(list) == 0 {
+		return append(data, "[]"...), nil
+	}
+	buf := bytes.NewBuffer(append(data, '['))
+	enc := json.NewEncoder(buf) // into buf: no copy of each line
+	for i, v := range list {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString("\n    ")
+		if err := enc.Encode(v); err != nil {
+			return nil, fmt.Errorf("encoding weight spec: %w", err)
+		}
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+	}
+	buf.WriteString("\n  ]")
+	return buf.Bytes(), nil
 }
 
 // Compact renders the spec as one line, for model metadata.

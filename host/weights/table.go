@@ -43,6 +43,7 @@ type Table struct {
 	order   []string                       // graph values in first-use order
 	inits   map[string]*onnxpb.TensorProto // initializers added
 	files   map[string]int                 // file path -> index in Files
+	byShard map[string]int                 // checkpoint shard name -> index in Files
 	Files   []File
 	// DataPath is where materialised weights go, relative to the model.
 	DataPath string
@@ -60,7 +61,7 @@ type pending struct {
 // Materialize, writing to dataPath).
 func NewTable(ckpt *checkpoint.Checkpoint, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
 	return &Table{ckpt: ckpt, compute: compute, mode: mode, b: b, DataPath: dataPath,
-		byExpr: map[string]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}}
+		byExpr: map[string]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
 // Value returns the graph value for a weight binding, adding what it needs
@@ -226,12 +227,13 @@ func external(location string, offset, length int64) []*onnxpb.StringStringEntry
 }
 
 func (t *Table) checkpointFile(shard string) int {
-	p := path.Join(DataDir, shard)
-	if i, ok := t.files[p]; ok {
+	if i, ok := t.byShard[shard]; ok {
 		return i
 	}
 	sh, _ := t.ckpt.Shard(shard)
-	return t.addFile(File{Path: p, Kind: KindCheckpoint, Source: shard, Size: sh.Size})
+	i := t.addFile(File{Path: path.Join(DataDir, shard), Kind: KindCheckpoint, Source: shard, Size: sh.Size})
+	t.byShard[shard] = i
+	return i
 }
 
 func (t *Table) addFile(f File) int {

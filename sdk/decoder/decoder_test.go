@@ -13,6 +13,7 @@ import (
 	"github.com/strata-llm/strata/sdk/hf"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"google.golang.org/protobuf/proto"
 )
 
 const base = `{"model_type": "toy", "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 3,
@@ -254,5 +255,48 @@ func TestHooks(t *testing.T) {
 	}
 	if _, err := hooks(4).Plan(context.Background(), &pb.PlanRequest{Model: m}); err == nil || !strings.Contains(err.Error(), "rows need rank 3") {
 		t.Errorf("4 rows with rank 2: %v", err)
+	}
+}
+
+// Calls naming the same *pb.Model and options share one load; other
+// options, another model or another Plugin value load again.
+func TestLoadedOncePerModelAndOptions(t *testing.T) {
+	loads := 0
+	counting := func() decoder.Plugin {
+		p := hooks(0)
+		inner := p.Architectures[0].Load
+		p.Architectures[0].Load = func(m *decoder.Model) error { loads++; return inner(m) }
+		return p
+	}
+	p := counting()
+	m := plugintest.Model(t, p, []byte(base), "F32")
+	loads = 0 // Model loaded it to list the tensors
+	opts := func(dt string) *pb.ExportOptions { return &pb.ExportOptions{ComputeDtype: dt} }
+	plan := func(p decoder.Plugin, m *pb.Model, o *pb.ExportOptions) {
+		t.Helper()
+		if _, err := p.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		name  string
+		call  func()
+		loads int
+	}{
+		{"first plan", func() { plan(p, m, opts("float32")) }, 1},
+		{"same model, equal options", func() { plan(p, m, opts("float32")) }, 1},
+		{"build with them", func() {
+			if _, err := p.Build(context.Background(), &pb.BuildRequest{Model: m, Options: opts("float32"), Part: sdk.PartFinal}); err != nil {
+				t.Fatal(err)
+			}
+		}, 1},
+		{"other options", func() { plan(p, m, opts("float16")) }, 2},
+		{"an equal model, another message", func() { plan(p, proto.Clone(m).(*pb.Model), opts("float32")) }, 3},
+		{"another plugin value", func() { plan(counting(), m, opts("float32")) }, 4},
+	} {
+		step.call()
+		if loads != step.loads {
+			t.Fatalf("%s: %d loads, want %d", step.name, loads, step.loads)
+		}
 	}
 }

@@ -48,11 +48,7 @@ func (e *Expr) Lower(g Graph) (string, error) {
 	case OpReshape:
 		return l.reshape(args[0], e.Type.Shape), nil
 	case OpStack:
-		axis := l.int64s(e.Axis)
-		for i, a := range args {
-			args[i] = g.Node("Unsqueeze", []string{a, axis})
-		}
-		return g.Node("Concat", args, intAttr("axis", e.Axis)), nil
+		return l.stack(e, args), nil
 	case OpConcat:
 		return g.Node("Concat", args, intAttr("axis", e.Axis)), nil
 	case OpSlice:
@@ -89,6 +85,21 @@ func (l lowering) table(v []float32) string {
 		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
 	}
 	return l.const_(&onnxpb.TensorProto{Dims: []int64{int64(len(v))}, DataType: int32(onnxpb.TensorProto_FLOAT), RawData: raw})
+}
+
+// stack joins same-shaped values along a new axis. Before the last axis
+// that is a Concat along the existing axis there and one Reshape splitting
+// it: the same elements in the same order, in two nodes rather than an
+// Unsqueeze per value (43,000 of GLM-4.6's 59,000 nodes were those).
+func (l lowering) stack(e *Expr, args []string) string {
+	if e.Axis < int64(len(e.Args[0].Type.Shape)) { // Infer made it non-negative
+		return l.reshape(l.g.Node("Concat", args, intAttr("axis", e.Axis)), e.Type.Shape)
+	}
+	last := l.int64s(e.Axis)
+	for i, a := range args {
+		args[i] = l.g.Node("Unsqueeze", []string{a, last})
+	}
+	return l.g.Node("Concat", args, intAttr("axis", e.Axis))
 }
 
 func (l lowering) reshape(x string, shape []int64) string {

@@ -75,6 +75,11 @@ type DescribeResponse struct {
 	ProtocolVersion int32                  `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	SdkVersion      string                 `protobuf:"bytes,4,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
 	Architectures   []*ArchitectureSupport `protobuf:"bytes,5,rep,name=architectures,proto3" json:"architectures,omitempty"`
+	// The plugin keeps the last Model it was sent with an id (the SDK does,
+	// for every plugin built on it): the host sends later calls of the same
+	// export Model{id} alone, not the config and the whole inventory again
+	// (44,689 tensors for GLM-4.6, at every call).
+	RemembersModels bool `protobuf:"varint,6,opt,name=remembers_models,json=remembersModels,proto3" json:"remembers_models,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -142,6 +147,13 @@ func (x *DescribeResponse) GetArchitectures() []*ArchitectureSupport {
 		return x.Architectures
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetRemembersModels() bool {
+	if x != nil {
+		return x.RemembersModels
+	}
+	return false
 }
 
 type ArchitectureSupport struct {
@@ -388,9 +400,13 @@ func (x *Capabilities) GetModels() []string {
 // What the plugin may know of a checkpoint: its config and its tensor
 // inventory from the safetensors headers. Never tensor bytes.
 type Model struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConfigJson    []byte                 `protobuf:"bytes,1,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
-	Tensors       []*TensorInfo          `protobuf:"bytes,2,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ConfigJson []byte                 `protobuf:"bytes,1,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	Tensors    []*TensorInfo          `protobuf:"bytes,2,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	// Names this model within one plugin process. Set alone (no config, no
+	// tensors), it refers to the model last sent whole with the same id, to a
+	// plugin that remembers_models.
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +453,13 @@ func (x *Model) GetTensors() []*TensorInfo {
 		return x.Tensors
 	}
 	return nil
+}
+
+func (x *Model) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
 }
 
 type TensorInfo struct {
@@ -1785,14 +1808,15 @@ var File_sdk_proto_pluginv1_plugin_proto protoreflect.FileDescriptor
 const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x1fsdk/proto/pluginv1/plugin.proto\x12\x10strata.plugin.v1\x1a\x13sdk/onnx/onnx.proto\"\x11\n" +
-	"\x0fDescribeRequest\"\xd9\x01\n" +
+	"\x0fDescribeRequest\"\x84\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\x05R\x0fprotocolVersion\x12\x1f\n" +
 	"\vsdk_version\x18\x04 \x01(\tR\n" +
 	"sdkVersion\x12K\n" +
-	"\rarchitectures\x18\x05 \x03(\v2%.strata.plugin.v1.ArchitectureSupportR\rarchitectures\"\xdd\x01\n" +
+	"\rarchitectures\x18\x05 \x03(\v2%.strata.plugin.v1.ArchitectureSupportR\rarchitectures\x12)\n" +
+	"\x10remembers_models\x18\x06 \x01(\bR\x0fremembersModels\"\xdd\x01\n" +
 	"\x13ArchitectureSupport\x12\x1d\n" +
 	"\n" +
 	"model_type\x18\x01 \x01(\tR\tmodelType\x12)\n" +
@@ -1811,11 +1835,12 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x0eexpert_layouts\x18\x04 \x03(\tR\rexpertLayouts\x12+\n" +
 	"\x11quantized_formats\x18\x05 \x03(\tR\x10quantizedFormats\x12\x16\n" +
 	"\x06vision\x18\x06 \x01(\bR\x06vision\x12\x16\n" +
-	"\x06models\x18\a \x03(\tR\x06models\"`\n" +
+	"\x06models\x18\a \x03(\tR\x06models\"p\n" +
 	"\x05Model\x12\x1f\n" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\x126\n" +
-	"\atensors\x18\x02 \x03(\v2\x1c.strata.plugin.v1.TensorInfoR\atensors\"h\n" +
+	"\atensors\x18\x02 \x03(\v2\x1c.strata.plugin.v1.TensorInfoR\atensors\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"h\n" +
 	"\n" +
 	"TensorInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
