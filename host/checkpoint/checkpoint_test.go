@@ -281,12 +281,16 @@ func TestOpenCorruptShard(t *testing.T) {
 			want:  []string{"tensor w", "array, not an object"},
 		},
 		"three data_offsets": {
-			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}`, 8) },
-			want:  []string{"tensor w", "data_offsets: 3 numbers, not 2"},
+			write: func(t *testing.T, path string) {
+				raw(t, path, `{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}}`, 8)
+			},
+			want: []string{"tensor w", "data_offsets: 3 numbers, not 2"},
 		},
 		"fractional dimension": {
-			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}`, 4) },
-			want:  []string{"tensor w", "shape:", "1.5"},
+			write: func(t *testing.T, path string) {
+				raw(t, path, `{"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}}`, 4)
+			},
+			want: []string{"tensor w", "shape:", "1.5"},
 		},
 		"dtype not a string": {
 			write: func(t *testing.T, path string) { raw(t, path, `{"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}}`, 4) },
