@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -22,7 +23,7 @@ func Serve(impl Architecture) {
 		Level:      hclog.Trace,
 	})
 	hclog.SetDefault(logger)
-	go exitWithParent(os.Getppid(), time.Second)
+	go exitWithParent(hostPID(), time.Second)
 	stopProfile := profileCPU(logger)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
@@ -36,13 +37,27 @@ func Serve(impl Architecture) {
 	os.Exit(0)
 }
 
+// HostPIDEnv names the variable in which the host tells a plugin its
+// process id: a host killed before the plugin's main ran has already left
+// it an orphan, whose parent id names the host no more.
+const HostPIDEnv = "STRATA_HOST_PID"
+
+// hostPID is the process id of the host that started this plugin.
+func hostPID() int {
+	if pid, err := strconv.Atoi(os.Getenv(HostPIDEnv)); err == nil && pid > 0 {
+		return pid
+	}
+	return os.Getppid()
+}
+
 // exitWithParent ends the plugin when the host that started it is gone (it
 // was SIGKILLed, or crashed), so no plugin process outlives its host.
 func exitWithParent(parent int, every time.Duration) {
-	for range time.Tick(every) {
+	for {
 		if os.Getppid() != parent {
 			os.Exit(3)
 		}
+		time.Sleep(every)
 	}
 }
 

@@ -69,17 +69,21 @@ func exportFlags() []cli.Flag {
 // --json: then the caller prints the summary).
 func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, *exportSummary, error) {
 	start := time.Now()
+	// The plugins start while the checkpoint's headers are read.
+	started := make(chan *plugins.Registry, 1)
+	go func() { started <- startPlugins(c) }()
 	ckpt, loc, err := openCheckpoint(c, dir, c.String("bin-to"))
+	reg := announcePlugins(c, <-started)
+	defer reg.Close()
 	if err != nil {
 		return nil, nil, err
 	}
 	opts.CheckpointName = loc.Name()
-	reg := loadPlugins(c)
-	defer reg.Close()
 	p, err := reg.For(ckpt.ModelType)
 	if err != nil {
 		return nil, nil, err
 	}
+	reg.StopOthers(p)
 	if err := checkPluginOptions(c, p, ckpt.ModelType, opts.PluginOptions); err != nil {
 		return nil, nil, err
 	}

@@ -336,15 +336,26 @@ func (e usageError) Error() string { return e.msg }
 
 // loadPlugins discovers and starts the plugins; the caller must Close the registry.
 func loadPlugins(c *cli.Context) *plugins.Registry {
+	return announcePlugins(c, startPlugins(c))
+}
+
+// startPlugins starts and describes every plugin; it prints nothing, so it
+// may run beside other work (export opens the checkpoint meanwhile).
+func startPlugins(c *cli.Context) *plugins.Registry {
 	level := hclog.Warn
 	if c.Bool("verbose") {
 		level = hclog.Debug
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: level})
-	reg := plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
+	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
 		Logger:  logger,
 	})
+}
+
+// announcePlugins records the registry for --stats and warns of plugin
+// files discovery passed over.
+func announcePlugins(c *cli.Context, reg *plugins.Registry) *plugins.Registry {
 	recordRegistry(c, reg)
 	if c.Command.Name != "archs" { // archs lists them itself
 		for _, s := range skippedPlugins(reg.Dirs) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -522,15 +523,18 @@ func TestMisbehavingPlugins(t *testing.T) {
 // TestInterruptStopsPluginsAndWritesNothing sends Ctrl-C (SIGINT) to a real
 // strata process while its plugin is busy.
 func TestInterruptStopsPluginsAndWritesNothing(t *testing.T) {
+	plugins := ownPlugins(t, fakeDirs["hang-on-plan"]) // its own: other tests hang this plugin too
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", fakeDirs["hang-on-plan"])
+	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", plugins)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(testbin.Processes(fakeDirs["hang-on-plan"])) > 0 })
+	waitFor(t, func() bool {
+		return slices.ContainsFunc(testbin.Processes(plugins), func(pid int) bool { return pid != cmd.Process.Pid })
+	}) // the plugin, not strata
 	time.Sleep(300 * time.Millisecond) // let the host reach the Plan call
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -546,24 +550,27 @@ func TestInterruptStopsPluginsAndWritesNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
 		t.Error("model.onnx written after Ctrl-C")
 	}
-	requireNoProcesses(t, fakeDirs["hang-on-plan"])
+	requireNoProcesses(t, plugins)
 }
 
 // TestKilledHostLeavesNoPlugin: even SIGKILL, which strata cannot handle,
 // takes the plugin down with it.
 func TestKilledHostLeavesNoPlugin(t *testing.T) {
+	plugins := ownPlugins(t, fakeDirs["hang-on-plan"]) // its own: other tests hang this plugin too
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", fakeDirs["hang-on-plan"])
+	cmd := exec.Command(strataBin, "export", tinyLlama, "--out", out, "--plugin-dir", plugins)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return len(testbin.Processes(fakeDirs["hang-on-plan"])) > 0 })
+	waitFor(t, func() bool {
+		return slices.ContainsFunc(testbin.Processes(plugins), func(pid int) bool { return pid != cmd.Process.Pid })
+	}) // the plugin, not strata
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	requireNoProcesses(t, fakeDirs["hang-on-plan"])
+	requireNoProcesses(t, plugins)
 }
 
 func waitFor(t *testing.T, cond func() bool) {

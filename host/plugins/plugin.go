@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -33,6 +34,7 @@ type Plugin struct {
 	PeakRSS int64
 
 	models sentModels
+	killed sync.Once
 }
 
 // sentModels are the models a plugin that remembers_models has received
@@ -74,6 +76,7 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Logger) *Plugin {
 	p := &Plugin{Candidate: c, timeout: timeout}
 	cmd := exec.Command(c.Path)
+	cmd.Env = []string{sdk.HostPIDEnv + "=" + strconv.Itoa(os.Getpid())} // go-plugin adds the environment
 	dieWithHost(cmd)
 	p.cmd = cmd
 	p.client = goplugin.NewClient(&goplugin.ClientConfig{
@@ -203,7 +206,13 @@ const killGrace = 2500 * time.Millisecond
 // everything in its process group. A child of the plugin that keeps the
 // plugin's stdout open would leave go-plugin waiting for the pipe for ever:
 // killing the group closes it.
+// Only the first call acts: a second must not signal a process group
+// whose number the system may have given to another.
 func (p *Plugin) Kill() {
+	p.killed.Do(p.kill)
+}
+
+func (p *Plugin) kill() {
 	if p.client == nil {
 		return
 	}

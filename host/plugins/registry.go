@@ -20,7 +20,8 @@ type Registry struct {
 	// plugin already handles.
 	Shadowed []Shadow
 
-	byType map[string]*Plugin
+	byType   map[string]*Plugin
+	stopping sync.WaitGroup // StopOthers' kills
 }
 
 // Shadow records one model_type claimed by two plugins.
@@ -92,8 +93,21 @@ func (r *Registry) ModelTypes() []string {
 	return out
 }
 
+// StopOthers stops every plugin but keep, in the background: a command that
+// has found its plugin needs no other (six plugins idled through a whole
+// export). Close waits for them.
+func (r *Registry) StopOthers(keep *Plugin) {
+	for _, p := range r.Plugins {
+		if p != nil && p != keep {
+			r.stopping.Add(1)
+			go func() { defer r.stopping.Done(); p.Kill() }()
+		}
+	}
+}
+
 // Close stops every plugin process.
 func (r *Registry) Close() {
+	r.stopping.Wait()
 	var wg sync.WaitGroup
 	for _, p := range r.Plugins {
 		if p != nil {
