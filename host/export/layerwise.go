@@ -35,11 +35,11 @@ func (e *exporter) layerwise() (*Result, error) {
 	}
 	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
-	written, kept, err := e.exportWindows(spans, manifest)
+	written, kept, specs, err := e.exportWindows(spans, manifest)
 	if err != nil {
 		return nil, err
 	}
-	model, spec, err := e.stitch(spans)
+	model, spec, err := e.stitch(spans, specs)
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +59,9 @@ func (e *exporter) layerwise() (*Result, error) {
 }
 
 // exportWindows writes every window that is not already on disk unchanged,
-// Jobs at a time, recording each in the manifest as it lands.
-func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (written, kept []string, err error) {
+// Jobs at a time, recording each in the manifest as it lands. specs are the
+// weight specs of the windows written (nil for those kept).
+func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (written, kept []string, specs []*weights.Spec, err error) {
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup
@@ -68,12 +69,13 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (writt
 		slots    = make(chan struct{}, e.opts.Jobs)
 	)
 	done := make([]bool, len(spans))
+	specs = make([]*weights.Spec, len(spans))
 	for i, s := range spans {
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			entry, unchanged, err := e.exportWindow(s, m, &mu)
+			entry, spec, unchanged, err := e.exportWindow(s, m, &mu)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil && !unchanged {
@@ -83,12 +85,12 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (writt
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
-			done[i] = unchanged
+			done[i], specs[i] = unchanged, spec
 		}()
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return nil, nil, firstErr
+		return nil, nil, nil, firstErr
 	}
 	for i, s := range spans {
 		if done[i] {
@@ -97,55 +99,56 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (writt
 			written = append(written, s.String())
 		}
 	}
-	return written, kept, nil
+	return written, kept, specs, nil
 }
 
-// exportWindow writes one window's model unless the manifest shows the
-// same inputs produced the file that is there.
-func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mutex) (window.Entry, bool, error) {
+// exportWindow writes one window's model, and returns its weight spec,
+// unless the manifest shows the same inputs produced the file that is there.
+func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mutex) (window.Entry, *weights.Spec, bool, error) {
 	if err := e.ctx.Err(); err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
 	inputs, err := e.windowInputs(s)
 	if err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
 	mu.Lock()
 	unchanged := m.Unchanged(e.out.Path(), s, inputs)
 	mu.Unlock()
 	if unchanged {
-		return window.Entry{}, true, nil
+		return window.Entry{}, nil, true, nil
 	}
 	a, err := e.assemble(s, windowDataFile(s))
 	if err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
-	model, err := buildModel(a.b, e.spec(a.table), e.plugin, e.opts.Version, &s)
+	spec := e.spec(a.table)
+	model, err := buildModel(a.b, spec, e.plugin, e.opts.Version, &s)
 	if err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
 	data, err := encode(model)
 	if err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
 	entry := window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}
 	if a.table.Materializing() {
 		if err := e.out.materialize(e.ctx, a.table); err != nil {
-			return window.Entry{}, false, err
+			return window.Entry{}, nil, false, err
 		}
 		entry.Files = map[string]string{}
 		for _, f := range a.table.DataFiles() {
 			sum, err := window.HashFile(e.out.path(f))
 			if err != nil {
-				return window.Entry{}, false, err
+				return window.Entry{}, nil, false, err
 			}
 			entry.Files[f] = sum
 		}
 	}
 	if err := e.out.WriteFile(s.File(), data); err != nil {
-		return window.Entry{}, false, err
+		return window.Entry{}, nil, false, err
 	}
-	return entry, false, nil
+	return entry, spec, false, nil
 }
 
 // windowKey is everything a window's bytes depend on.
@@ -227,8 +230,9 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 	return keys, nil
 }
 
-// stitch reads the window files back and joins them.
-func (e *exporter) stitch(spans []window.Span) (*onnxpb.ModelProto, *weights.Spec, error) {
+// stitch reads the window files back and joins them; specs[i], when set, is
+// window i's spec as built.
+func (e *exporter) stitch(spans []window.Span, specs []*weights.Spec) (*onnxpb.ModelProto, *weights.Spec, error) {
 	models := make([]window.Model, len(spans))
 	for i, s := range spans {
 		if err := e.ctx.Err(); err != nil {
@@ -242,7 +246,7 @@ func (e *exporter) stitch(spans []window.Span) (*onnxpb.ModelProto, *weights.Spe
 		if err := proto.Unmarshal(data, m); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.out.path(s.File()), err)
 		}
-		models[i] = window.Model{Span: s, Proto: m}
+		models[i] = window.Model{Span: s, Proto: m, Spec: specs[i]}
 	}
 	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
 		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))

@@ -34,6 +34,9 @@ func Boundary(last int32) string { return LayerPrefix(last) + "/" + sdk.HiddenSt
 type Model struct {
 	Span  Span
 	Proto *onnxpb.ModelProto
+	// Spec, when set, is the weight spec the model's metadata holds, as
+	// built: a window written by this run is not parsed back from JSON.
+	Spec *weights.Spec
 }
 
 // Stitch joins window models, in layer order, into the model a whole export
@@ -41,7 +44,7 @@ type Model struct {
 // ModelIO): each window's hidden-state output feeds the next window's
 // input under the whole export's name; the context values every window
 // computes are kept once; shared weights, casts and functions appear once;
-// the weight specs merge.
+// the weight specs merge, returned rather than put in the model's metadata.
 func Stitch(ws []Model, io IO) (*onnxpb.ModelProto, *weights.Spec, error) {
 	if err := checkCover(ws); err != nil {
 		return nil, nil, err
@@ -206,9 +209,12 @@ func (s *stitcher) finish(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error)
 			switch p.GetKey() {
 			case MetadataKey:
 			case weights.MetadataKey:
-				spec, err := weights.ParseSpec([]byte(p.GetValue()))
-				if err != nil {
-					return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
+				spec := w.Spec
+				if spec == nil {
+					var err error
+					if spec, err = weights.ParseSpec([]byte(p.GetValue())); err != nil {
+						return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
+					}
 				}
 				specs = append(specs, spec)
 			default:
@@ -223,9 +229,8 @@ func (s *stitcher) finish(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	if props[weights.MetadataKey], err = spec.Compact(); err != nil {
-		return nil, nil, err
-	}
+	// No spec in the metadata: the caller writes it beside the model and
+	// records where (a 9 MB value encoded only to be replaced).
 	model := s.b.Model(graph.Metadata{ProducerName: first.GetProducerName(), ProducerVersion: first.GetProducerVersion(), Props: props})
 	return model, spec, nil
 }
