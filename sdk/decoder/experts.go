@@ -3,6 +3,7 @@ package decoder
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/fn"
@@ -38,7 +39,9 @@ type StoredExperts struct {
 }
 
 // ExpertName is expert e's projection proj under a layer: mlp.experts.<e>.<proj>.weight.
-func ExpertName(e int, proj string) string { return fmt.Sprintf("mlp.experts.%d.%s.weight", e, proj) }
+func ExpertName(e int, proj string) string {
+	return "mlp.experts." + strconv.Itoa(e) + "." + proj + ".weight"
+}
 
 // Detect finds layer l's layout from its keys. A count the tensors cannot
 // back is refused from one key (the last expert's), not by listing them.
