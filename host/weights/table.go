@@ -159,8 +159,9 @@ func (t *Table) lookup(key string) (transform.Type, error) {
 }
 
 func (t *Table) sources(e *transform.Expr) []Source {
-	var out []Source
-	for _, key := range e.Keys() {
+	keys := e.Keys()
+	out := make([]Source, 0, len(keys))
+	for _, key := range keys {
 		tensor, _ := t.ckpt.Tensor(key)
 		out = append(out, Source{Key: key, File: t.checkpointFile(tensor.Shard), Offset: tensor.Offset,
 			Length: tensor.Length, DType: tensor.DType, Shape: tensor.Shape})
