@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,6 +119,10 @@ type row struct {
 	ModelBytes       int64   `json:"model_onnx_bytes"`
 	OtherModelBytes  int64   `json:"other_models_bytes,omitempty"` // mtp.onnx, vision.onnx
 	MarginalMsPerLyr float64 `json:"marginal_ms_per_layer,omitempty"`
+	// StealPercent is the share of CPU time the hypervisor took from this
+	// VM while the row ran (/proc/stat): walls of a row with much steal
+	// are the host's, not strata's.
+	StealPercent float64 `json:"cpu_steal_percent"`
 }
 
 type results struct {
@@ -266,9 +271,11 @@ func (u *usage) UnmarshalJSON(b []byte) error {
 }
 
 // measure runs one export o.runs times.
-func (o options) measure(ckpt string, m mode) (row, error) {
+func (o options) measure(ckpt string, m mode) (x row, err error) {
 	var walls, cpus []float64
-	x := row{Mode: m.Name}
+	x = row{Mode: m.Name}
+	steal := startSteal()
+	defer func() { x.StealPercent = steal() }()
 	for i := range o.runs {
 		out := filepath.Join(o.work, fmt.Sprintf("out-%d", i))
 		statsPath := filepath.Join(o.work, "stats.json")
@@ -385,32 +392,68 @@ func describeMachine() machine {
 	return m
 }
 
+// startSteal starts measuring CPU steal; the func returns the percentage
+// of CPU time stolen since (0 where /proc/stat is missing).
+func startSteal() func() float64 {
+	s0, t0 := cpuTimes()
+	return func() float64 {
+		s1, t1 := cpuTimes()
+		if t1 <= t0 {
+			return 0
+		}
+		return 100 * float64(s1-s0) / float64(t1-t0)
+	}
+}
+
+// cpuTimes reads /proc/stat's aggregate steal and total jiffies.
+func cpuTimes() (steal, total uint64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			break
+		}
+		if i < 8 { // user nice system idle iowait irq softirq steal (guest is in user)
+			total += v
+		}
+		if i == 7 {
+			steal = v
+		}
+	}
+	return steal, total
+}
+
 func (r results) print(w io.Writer) {
 	mc := r.Machine
 	fmt.Fprintf(w, "strata %s on %s, %d cores, %d GiB, %s, %s; median of %d runs (peak RSS: largest)\n\n",
 		r.Strata, mc.CPU, mc.Cores, mc.MemoryGiB, mc.OS, mc.Date, r.Runs)
-	fmt.Fprintln(w, "| checkpoint (header-only) | mode | layers | shards | wall | CPU | host peak RSS | plugin peak RSS | read | headers only | model.onnx | other models |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| checkpoint (header-only) | mode | layers | shards | wall | CPU | host peak RSS | plugin peak RSS | read | headers only | model.onnx | other models | steal |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Releases {
 		other := "–"
 		if x.OtherModelBytes > 0 {
 			other = mb(x.OtherModelBytes)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f s | %.2f s | %s | %s | %s | %s | %s | %s |\n", x.Release, x.Mode, x.Layers, x.Shards,
-			x.WallSeconds, x.CPUSeconds, mib(x.HostPeakRSS), mib(x.PluginPeakRSS), kb(x.BytesRead), yesNo(x.BytesRead == x.HeaderBytes), mb(x.ModelBytes), other)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %.2f s | %.2f s | %s | %s | %s | %s | %s | %s | %.0f%% |\n", x.Release, x.Mode, x.Layers, x.Shards,
+			x.WallSeconds, x.CPUSeconds, mib(x.HostPeakRSS), mib(x.PluginPeakRSS), kb(x.BytesRead), yesNo(x.BytesRead == x.HeaderBytes), mb(x.ModelBytes), other, x.StealPercent)
 	}
 	if len(r.Scaling) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\n| scaling | mode | wall | marginal per layer | host peak RSS | plugin peak RSS | model.onnx |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "\n| scaling | mode | wall | marginal per layer | host peak RSS | plugin peak RSS | model.onnx | steal |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, x := range r.Scaling {
 		marginal := "–"
 		if x.MarginalMsPerLyr != 0 {
 			marginal = fmt.Sprintf("%.2f ms", x.MarginalMsPerLyr)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.3f s | %s | %s | %s | %s |\n", x.Release, x.Mode, x.WallSeconds, marginal,
-			mib(x.HostPeakRSS), mib(x.PluginPeakRSS), mb(x.ModelBytes))
+		fmt.Fprintf(w, "| %s | %s | %.3f s | %s | %s | %s | %s | %.0f%% |\n", x.Release, x.Mode, x.WallSeconds, marginal,
+			mib(x.HostPeakRSS), mib(x.PluginPeakRSS), mb(x.ModelBytes), x.StealPercent)
 	}
 }
 
