@@ -5,7 +5,9 @@
 package export
 
 import (
+	"bufio"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -272,12 +274,23 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 		return 0, err
 	}
 	*spec = *all
-	// The model's metadata points at weight_spec.json rather than holding it.
-	specJSON, err := spec.Marshal()
+	// The model's metadata points at weight_spec.json rather than holding
+	// it. The spec is streamed to its file (9 MB for GLM-4.6, not held),
+	// hashed on the way, and named after the shards are linked.
+	specFile, err := e.out.Create(SpecFile)
 	if err != nil {
 		return 0, err
 	}
-	ref, err := spec.ReferenceTo(SpecFile, specJSON)
+	defer specFile.Abort() // nothing, once committed
+	sum := sha256.New()
+	buffered := bufio.NewWriterSize(io.MultiWriter(specFile, sum), 1<<20)
+	if _, err := spec.WriteTo(buffered); err != nil {
+		return 0, fmt.Errorf("writing %s: %w", e.out.path(SpecFile), err)
+	}
+	if err := buffered.Flush(); err != nil {
+		return 0, fmt.Errorf("writing %s: %w", e.out.path(SpecFile), err)
+	}
+	ref, err := spec.ReferenceSum(SpecFile, sum.Sum(nil))
 	if err != nil {
 		return 0, err
 	}
@@ -291,7 +304,7 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return len(model), e.out.write(e.ctx, e.ckpt, spec, specJSON, model, t, extra)
+	return len(model), e.out.write(e.ctx, e.ckpt, spec, specFile, model, t, extra)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).

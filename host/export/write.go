@@ -40,7 +40,7 @@ func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint, op
 // write commits an export: the old model.onnx goes first (a model.onnx
 // present means a complete export), then shards, materialised weights (t,
 // unless nil), spec, and model.onnx last.
-func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specJSON, model []byte, t *weights.Table, extra map[string][]byte) error {
+func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specFile *outdir.File, model []byte, t *weights.Table, extra map[string][]byte) error {
 	if err := o.removeModel(); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *we
 	if err := o.pruneWeights(spec); err != nil {
 		return err
 	}
-	if err := o.WriteFile(SpecFile, specJSON); err != nil {
+	if err := specFile.Commit(); err != nil {
 		return err
 	}
 	for name, data := range extra {

@@ -9,7 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"io"
 	"sort"
 
 	"github.com/strata-llm/strata/host/weights/transform"
@@ -106,26 +106,57 @@ type Location struct {
 // source too doubled GLM-4.6's spec (17.5 MB, not 9 MB) and its encoding
 // time.
 func (s *Spec) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(s.sizeHint()) // one buffer, not 32 MB of doublings for GLM-4.6's 9 MB
+	if _, err := s.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteTo writes what Marshal returns to w, without holding it whole.
+func (s *Spec) WriteTo(w io.Writer) (int64, error) {
 	head := *s
 	head.Files, head.Weights = nil, nil
 	data, err := json.MarshalIndent(head, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("encoding weight spec: %w", err)
+		return 0, fmt.Errorf("encoding weight spec: %w", err)
 	}
-	data = slices.Grow(data, s.sizeHint()) // one buffer, not 32 MB of doublings for GLM-4.6's 9 MB
 	// The lists, written one element a line, replace head's two nulls.
 	nulls := []byte(",\n  \"files\": null,\n  \"weights\": null\n}")
 	if !bytes.HasSuffix(data, nulls) {
-		return nil, fmt.Errorf("encoding weight spec: files and weights are not its last fields")
+		return 0, fmt.Errorf("encoding weight spec: files and weights are not its last fields")
 	}
-	data = data[:len(data)-len(nulls)]
-	if data, err = appendLines(append(data, ",\n  \"files\": "...), s.Files); err != nil {
-		return nil, err
+	cw := &countingWriter{w: w}
+	cw.Write(data[:len(data)-len(nulls)])
+	cw.Write([]byte(",\n  \"files\": "))
+	if err := writeLines(cw, s.Files); err != nil {
+		return cw.n, err
 	}
-	if data, err = appendLines(append(data, ",\n  \"weights\": "...), s.Weights); err != nil {
-		return nil, err
+	cw.Write([]byte(",\n  \"weights\": "))
+	if err := writeLines(cw, s.Weights); err != nil {
+		return cw.n, err
 	}
-	return append(data, "\n}\n"...), nil
+	cw.Write([]byte("\n}\n"))
+	return cw.n, cw.err
+}
+
+// countingWriter counts what it writes and keeps the first error (then
+// writes nothing more).
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.err = err
+	return n, err
 }
 
 // sizeHint guesses the encoded size of the files and weights: about 200
@@ -142,25 +173,31 @@ func (s *Spec) sizeHint() int {
 	return n
 }
 
-// appendLines appends list as a JSON array with one element a line.
-func appendLines[T any](data []byte, list []T) ([]byte, error) {
+// writeLines writes list as a JSON array with one element a line.
+func writeLines[T any](w *countingWriter, list []T) error {
 	if len(list) == 0 {
-		return append(data, "[]"...), nil
+		w.Write([]byte("[]"))
+		return w.err
 	}
-	buf := bytes.NewBuffer(append(data, '['))
-	enc := json.NewEncoder(buf) // into buf: no copy of each line
+	w.Write([]byte("["))
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
 	for i, v := range list {
+		line.Reset()
 		if i > 0 {
-			buf.WriteByte(',')
+			line.WriteByte(',')
 		}
-		buf.WriteString("\n    ")
+		line.WriteString("\n    ")
 		if err := enc.Encode(v); err != nil {
-			return nil, fmt.Errorf("encoding weight spec: %w", err)
+			return fmt.Errorf("encoding weight spec: %w", err)
 		}
-		buf.Truncate(buf.Len() - 1) // Encode's newline
+		line.Truncate(line.Len() - 1) // Encode's newline
+		if _, err := w.Write(line.Bytes()); err != nil {
+			return err
+		}
 	}
-	buf.WriteString("\n  ]")
-	return buf.Bytes(), nil
+	w.Write([]byte("\n  ]"))
+	return w.err
 }
 
 // Compact renders the spec as one line, for model metadata.
@@ -198,7 +235,13 @@ func (s *Spec) Reference(path string) (string, error) {
 // bytes written to path): a large spec is encoded once.
 func (s *Spec) ReferenceTo(path string, data []byte) (string, error) {
 	sum := sha256.Sum256(data)
-	ref, err := json.Marshal(SpecReference{Format: SpecFormat, Version: SpecVersion, Path: path, SHA256: hex.EncodeToString(sum[:]),
+	return s.ReferenceSum(path, sum[:])
+}
+
+// ReferenceSum is Reference for a spec written to path, whose bytes have
+// the SHA-256 sum.
+func (s *Spec) ReferenceSum(path string, sum []byte) (string, error) {
+	ref, err := json.Marshal(SpecReference{Format: SpecFormat, Version: SpecVersion, Path: path, SHA256: hex.EncodeToString(sum),
 		Weights: len(s.Weights), Files: len(s.Files)})
 	return string(ref), err
 }
