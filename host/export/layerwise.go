@@ -230,10 +230,15 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 	return keys, nil
 }
 
-// stitch reads the window files back and joins them; specs[i], when set, is
-// window i's spec as built.
+// stitch reads the window files back, one at a time, and joins them;
+// specs[i], when set, is window i's spec as built.
 func (e *exporter) stitch(spans []window.Span, specs []*weights.Spec) (*onnxpb.ModelProto, *weights.Spec, error) {
-	models := make([]window.Model, len(spans))
+	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
+		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
+	if err != nil {
+		return nil, nil, err
+	}
+	st := window.NewStitcher(io)
 	for i, s := range spans {
 		if err := e.ctx.Err(); err != nil {
 			return nil, nil, err
@@ -246,14 +251,11 @@ func (e *exporter) stitch(spans []window.Span, specs []*weights.Spec) (*onnxpb.M
 		if err := proto.Unmarshal(data, m); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.out.path(s.File()), err)
 		}
-		models[i] = window.Model{Span: s, Proto: m, Spec: specs[i]}
+		if err := st.Add(window.Model{Span: s, Proto: m, Spec: specs[i]}); err != nil {
+			return nil, nil, fmt.Errorf("stitching windows: %w", err)
+		}
 	}
-	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
-		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
-	if err != nil {
-		return nil, nil, err
-	}
-	stitched, spec, err := window.Stitch(models, io)
+	stitched, spec, err := st.Finish()
 	if err != nil {
 		return nil, nil, fmt.Errorf("stitching windows: %w", err)
 	}

@@ -45,55 +45,117 @@ type Model struct {
 // input under the whole export's name; the context values every window
 // computes are kept once; shared weights, casts and functions appear once;
 // the weight specs merge, returned rather than put in the model's metadata.
+// It takes the models over (their nodes are renamed in place).
 func Stitch(ws []Model, io IO) (*onnxpb.ModelProto, *weights.Spec, error) {
-	if err := checkCover(ws); err != nil {
-		return nil, nil, err
-	}
-	s := &stitcher{b: graph.New(ws[0].Proto.GetGraph().GetName()), produced: map[string]*onnxpb.NodeProto{},
-		inputs: map[string]*onnxpb.ValueInfoProto{}, inits: map[string]*onnxpb.TensorProto{}}
-	for _, v := range io.Inputs {
-		s.inputs[v.Name] = v.Info()
-	}
+	s := NewStitcher(io)
 	for _, w := range ws {
-		if err := s.add(w); err != nil {
-			return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
+		if err := s.Add(w); err != nil {
+			return nil, nil, err
 		}
 	}
-	for _, v := range io.Inputs {
-		s.b.InputInfo(v.Info())
-	}
-	for _, v := range io.Outputs {
-		s.b.OutputInfo(v.Info())
-	}
-	return s.finish(ws)
+	return s.Finish()
 }
 
-// checkCover requires windows that tile the layers in order.
-func checkCover(ws []Model) error {
-	if len(ws) == 0 {
-		return fmt.Errorf("no windows to stitch")
-	}
-	next := int32(0)
-	for _, w := range ws {
-		if w.Span.First != next || w.Span.Last < w.Span.First {
-			return fmt.Errorf("windows do not tile the layers: window %s follows layer %d", w.Span, next-1)
-		}
-		next = w.Span.Last + 1
-	}
-	if last := ws[len(ws)-1].Span; last.Last != last.Count-1 {
-		return fmt.Errorf("windows end at layer %d of %d", last.Last, last.Count)
-	}
-	return nil
-}
-
-type stitcher struct {
+// Stitcher is Stitch a window at a time: what it keeps of a window is what
+// the stitched model holds, so a caller that reads windows one by one
+// never holds them all.
+type Stitcher struct {
+	io       IO
 	b        *graph.Builder
 	produced map[string]*onnxpb.NodeProto      // value -> node that computes it
 	inputs   map[string]*onnxpb.ValueInfoProto // the stitched model's graph inputs
 	inits    map[string]*onnxpb.TensorProto    // initializers so far
+	// From the windows' models: the first's producer, their metadata, specs.
+	producer, producerVersion string
+	props                     map[string]string
+	specs                     []*weights.Spec
+	last                      *Span // the window added last
 }
 
-func (s *stitcher) add(w Model) error {
+// NewStitcher starts a stitched model with the whole model's io.
+func NewStitcher(io IO) *Stitcher {
+	s := &Stitcher{io: io, produced: map[string]*onnxpb.NodeProto{}, inputs: map[string]*onnxpb.ValueInfoProto{},
+		inits: map[string]*onnxpb.TensorProto{}, props: map[string]string{}}
+	for _, v := range io.Inputs {
+		s.inputs[v.Name] = v.Info()
+	}
+	return s
+}
+
+// Add joins the next window, which must start where the last one ended.
+func (s *Stitcher) Add(w Model) error {
+	next := int32(0)
+	if s.last != nil {
+		next = s.last.Last + 1
+	}
+	if w.Span.First != next || w.Span.Last < w.Span.First {
+		return fmt.Errorf("windows do not tile the layers: window %s follows layer %d", w.Span, next-1)
+	}
+	if s.b == nil {
+		s.b = graph.New(w.Proto.GetGraph().GetName())
+		s.producer, s.producerVersion = w.Proto.GetProducerName(), w.Proto.GetProducerVersion()
+	}
+	if err := s.add(w); err != nil {
+		return fmt.Errorf("window %s: %w", w.Span, err)
+	}
+	if err := s.keepMetadata(w); err != nil {
+		return fmt.Errorf("window %s: %w", w.Span, err)
+	}
+	s.last = &w.Span
+	return nil
+}
+
+// Finish checks the windows covered every layer and returns the stitched
+// model and the merged weight spec.
+func (s *Stitcher) Finish() (*onnxpb.ModelProto, *weights.Spec, error) {
+	switch {
+	case s.last == nil:
+		return nil, nil, fmt.Errorf("no windows to stitch")
+	case s.last.Last != s.last.Count-1:
+		return nil, nil, fmt.Errorf("windows end at layer %d of %d", s.last.Last, s.last.Count)
+	}
+	for _, v := range s.io.Inputs {
+		s.b.InputInfo(v.Info())
+	}
+	for _, v := range s.io.Outputs {
+		s.b.OutputInfo(v.Info())
+	}
+	spec, err := weights.Merge(s.specs)
+	if err != nil {
+		return nil, nil, err
+	}
+	// No spec in the metadata: the caller writes it beside the model and
+	// records where (a 9 MB value encoded only to be replaced).
+	model := s.b.Model(graph.Metadata{ProducerName: s.producer, ProducerVersion: s.producerVersion, Props: s.props})
+	return model, spec, nil
+}
+
+// keepMetadata takes the window's spec (as built, or parsed from its
+// metadata) and checks its other metadata agrees with the earlier windows'.
+func (s *Stitcher) keepMetadata(w Model) error {
+	for _, p := range w.Proto.GetMetadataProps() {
+		switch p.GetKey() {
+		case MetadataKey:
+		case weights.MetadataKey:
+			spec := w.Spec
+			if spec == nil {
+				var err error
+				if spec, err = weights.ParseSpec([]byte(p.GetValue())); err != nil {
+					return err
+				}
+			}
+			s.specs = append(s.specs, spec)
+		default:
+			if prev, ok := s.props[p.GetKey()]; ok && prev != p.GetValue() {
+				return fmt.Errorf("windows disagree on %s (%q, %q): they come from different exports", p.GetKey(), prev, p.GetValue())
+			}
+			s.props[p.GetKey()] = p.GetValue()
+		}
+	}
+	return nil
+}
+
+func (s *Stitcher) add(w Model) error {
 	g := w.Proto.GetGraph()
 	rename := map[string]string{}
 	if !w.Span.IsFirst() {
@@ -127,7 +189,7 @@ func (s *stitcher) add(w Model) error {
 // addInitializers adds each initializer once. Two windows may both hold a
 // shared weight (a tied embedding): referenced, the two are equal;
 // materialised, each window wrote its own copy, and the first serves both.
-func (s *stitcher) addInitializers(g *onnxpb.GraphProto) error {
+func (s *Stitcher) addInitializers(g *onnxpb.GraphProto) error {
 	for _, t := range g.GetInitializer() {
 		if prev, ok := s.inits[t.GetName()]; ok {
 			if !proto.Equal(prev, t) && !sameTensorType(prev, t) {
@@ -146,24 +208,25 @@ func sameTensorType(a, b *onnxpb.TensorProto) bool {
 		a.GetDataLocation() == onnxpb.TensorProto_EXTERNAL && b.GetDataLocation() == onnxpb.TensorProto_EXTERNAL
 }
 
+// renamed renames n's inputs and outputs in place (the window is the
+// stitcher's: a copy of every node was a third of the stitching).
 func renamed(n *onnxpb.NodeProto, rename map[string]string) *onnxpb.NodeProto {
-	cp := proto.Clone(n).(*onnxpb.NodeProto)
-	for i, v := range cp.Input {
+	for i, v := range n.Input {
 		if r, ok := rename[v]; ok {
-			cp.Input[i] = r
+			n.Input[i] = r
 		}
 	}
-	for i, v := range cp.Output {
+	for i, v := range n.Output {
 		if r, ok := rename[v]; ok {
-			cp.Output[i] = r
+			n.Output[i] = r
 		}
 	}
-	return cp
+	return n
 }
 
 // addNode adds n unless an earlier window already computes its outputs the
 // same way (the context every window recomputes, casts of shared weights).
-func (s *stitcher) addNode(n *onnxpb.NodeProto) error {
+func (s *Stitcher) addNode(n *onnxpb.NodeProto) error {
 	seen := 0
 	for _, out := range n.GetOutput() {
 		if _, ok := s.produced[out]; ok {
@@ -187,7 +250,7 @@ func (s *stitcher) addNode(n *onnxpb.NodeProto) error {
 // equivalent reports whether b computes what a does. The one difference
 // allowed: a Shape may read another graph input of the same declared type
 // (each window's context reads the shape of its own first cache).
-func (s *stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
+func (s *Stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
 	if a.GetOpType() == "Shape" && a.GetDomain() == "" && len(a.GetInput()) == 1 && len(b.GetInput()) == 1 {
 		x, y := s.inputs[a.GetInput()[0]], s.inputs[b.GetInput()[0]]
 		if x != nil && y != nil && proto.Equal(x.GetType(), y.GetType()) {
@@ -200,37 +263,3 @@ func (s *stitcher) equivalent(a, b *onnxpb.NodeProto) bool {
 
 // finish merges the windows' metadata: all must agree but on their span
 // and weight spec.
-func (s *stitcher) finish(ws []Model) (*onnxpb.ModelProto, *weights.Spec, error) {
-	first := ws[0].Proto
-	props := map[string]string{}
-	var specs []*weights.Spec
-	for _, w := range ws {
-		for _, p := range w.Proto.GetMetadataProps() {
-			switch p.GetKey() {
-			case MetadataKey:
-			case weights.MetadataKey:
-				spec := w.Spec
-				if spec == nil {
-					var err error
-					if spec, err = weights.ParseSpec([]byte(p.GetValue())); err != nil {
-						return nil, nil, fmt.Errorf("window %s: %w", w.Span, err)
-					}
-				}
-				specs = append(specs, spec)
-			default:
-				if prev, ok := props[p.GetKey()]; ok && prev != p.GetValue() {
-					return nil, nil, fmt.Errorf("windows disagree on %s (%q, %q): they come from different exports", p.GetKey(), prev, p.GetValue())
-				}
-				props[p.GetKey()] = p.GetValue()
-			}
-		}
-	}
-	spec, err := weights.Merge(specs)
-	if err != nil {
-		return nil, nil, err
-	}
-	// No spec in the metadata: the caller writes it beside the model and
-	// records where (a 9 MB value encoded only to be replaced).
-	model := s.b.Model(graph.Metadata{ProducerName: first.GetProducerName(), ProducerVersion: first.GetProducerVersion(), Props: props})
-	return model, spec, nil
-}
