@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"sort"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -21,6 +23,8 @@ type Builder struct {
 	graph     *onnxpb.GraphProto
 	functions map[string]*onnxpb.FunctionProto
 	opsets    map[string]int64
+	// referenced are initializers of external data kept encoded (Referenced).
+	referenced []byte
 }
 
 // New starts a graph called name.
@@ -68,6 +72,30 @@ func (b *Builder) Output(name string, elem onnxpb.TensorProto_DataType, dims ...
 // Initializer adds a constant tensor (usually one referencing checkpoint bytes).
 func (b *Builder) Initializer(t *onnxpb.TensorProto) {
 	b.graph.Initializer = append(b.graph.Initializer, t)
+}
+
+// graphInitializerField is GraphProto.initializer's field number.
+const graphInitializerField = 5
+
+// Referenced adds an initializer of external data (a checkpoint tensor
+// referenced in place), kept as its encoding: GLM-4.6's 44,689 of them
+// were 28 MB of TensorProtos, and are 7 MB encoded. They become the
+// graph's unknown fields, which proto.Marshal writes as they are: in the
+// encoded model they are initializers like any other (after the graph's
+// outputs); in the ModelProto Model returns they are not in Initializer.
+func (b *Builder) Referenced(t *onnxpb.TensorProto) error {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("initializer %s: %w", t.GetName(), err)
+	}
+	b.ReferencedEncoded(raw)
+	return nil
+}
+
+// ReferencedEncoded is Referenced for a TensorProto already encoded.
+func (b *Builder) ReferencedEncoded(raw []byte) {
+	b.referenced = protowire.AppendTag(b.referenced, graphInitializerField, protowire.BytesType)
+	b.referenced = protowire.AppendBytes(b.referenced, raw)
 }
 
 // Node adds a node of the default domain.
@@ -122,6 +150,7 @@ type Metadata struct {
 // Model finishes the graph into a model. Functions, opsets and metadata are
 // sorted so the same inputs give the same bytes.
 func (b *Builder) Model(meta Metadata) *onnxpb.ModelProto {
+	b.graph.ProtoReflect().SetUnknown(protoreflect.RawFields(b.referenced))
 	m := &onnxpb.ModelProto{
 		IrVersion:       IRVersion,
 		ProducerName:    meta.ProducerName,

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -39,9 +40,11 @@ type Plugin struct {
 
 // sentModels are the models a plugin that remembers_models has received
 // whole, by the host's pointer to each, with the id they were sent under.
+// Weak pointers: a model the host has let go of (GLM-4.6's inventory is
+// 7 MB) is not kept alive by having been sent.
 type sentModels struct {
 	mu   sync.Mutex
-	ids  map[*pb.Model]string
+	ids  map[weak.Pointer[pb.Model]]string
 	next int
 }
 
@@ -55,7 +58,7 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 	s := &p.models
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if id, ok := s.ids[m]; ok {
+	if id, ok := s.ids[weak.Make(m)]; ok {
 		return &pb.Model{Id: id}, func() {}
 	}
 	s.next++
@@ -64,10 +67,10 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.ids == nil {
-			s.ids = map[*pb.Model]string{}
+			s.ids = map[weak.Pointer[pb.Model]]string{}
 		}
-		if _, ok := s.ids[m]; !ok {
-			s.ids[m] = id
+		if _, ok := s.ids[weak.Make(m)]; !ok {
+			s.ids[weak.Make(m)] = id
 		}
 	}
 }

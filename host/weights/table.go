@@ -206,8 +206,10 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	info, _ := dtype.FromSafetensors(tensor.DType)
 	init := &onnxpb.TensorProto{Name: key, DataType: int32(transform.GraphType(info.ONNX)), Dims: tensor.Shape,
 		DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: external(t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)}
-	t.inits[key] = init
-	t.b.Initializer(init)
+	t.inits[key] = nil // added: only the name is kept
+	if err := t.b.Referenced(init); err != nil {
+		return "", err
+	}
 	return key, nil
 }
 

@@ -1,8 +1,10 @@
 package window
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -64,7 +66,11 @@ type Stitcher struct {
 	b        *graph.Builder
 	produced map[string]*onnxpb.NodeProto      // value -> node that computes it
 	inputs   map[string]*onnxpb.ValueInfoProto // the stitched model's graph inputs
-	inits    map[string]*onnxpb.TensorProto    // initializers so far
+	inits    map[string]*onnxpb.TensorProto    // initializers so far, but those referencing the checkpoint
+	// referenced are the initializers that reference checkpoint tensors,
+	// by the SHA-256 of their encoding (graph.Builder.Referenced keeps
+	// them encoded): their TensorProtos are let go.
+	referenced map[string][sha256.Size]byte
 	// From the windows' models: the first's producer, their metadata, specs.
 	producer, producerVersion string
 	props                     map[string]string
@@ -75,7 +81,7 @@ type Stitcher struct {
 // NewStitcher starts a stitched model with the whole model's io.
 func NewStitcher(io IO) *Stitcher {
 	s := &Stitcher{io: io, produced: map[string]*onnxpb.NodeProto{}, inputs: map[string]*onnxpb.ValueInfoProto{},
-		inits: map[string]*onnxpb.TensorProto{}, props: map[string]string{}}
+		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string][sha256.Size]byte{}, props: map[string]string{}}
 	for _, v := range io.Inputs {
 		s.inputs[v.Name] = v.Info()
 	}
@@ -191,6 +197,12 @@ func (s *Stitcher) add(w Model) error {
 // materialised, each window wrote its own copy, and the first serves both.
 func (s *Stitcher) addInitializers(g *onnxpb.GraphProto) error {
 	for _, t := range g.GetInitializer() {
+		if referencesCheckpoint(t) {
+			if err := s.addReferenced(t); err != nil {
+				return err
+			}
+			continue
+		}
 		if prev, ok := s.inits[t.GetName()]; ok {
 			if !proto.Equal(prev, t) && !sameTensorType(prev, t) {
 				return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
@@ -201,6 +213,40 @@ func (s *Stitcher) addInitializers(g *onnxpb.GraphProto) error {
 		s.b.Initializer(t)
 	}
 	return nil
+}
+
+// addReferenced adds a checkpoint tensor's initializer once, encoded; one
+// an earlier window added must be the same.
+func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("initializer %s: %w", t.GetName(), err)
+	}
+	sum := sha256.Sum256(raw)
+	if prev, ok := s.referenced[t.GetName()]; ok {
+		if prev != sum {
+			return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
+		}
+		return nil
+	}
+	s.referenced[t.GetName()] = sum
+	s.b.ReferencedEncoded(raw)
+	return nil
+}
+
+// referencesCheckpoint reports whether t is external data in the export's
+// checkpoint/ links (not materialised weights, which --weight-spec qaic
+// turns into graph inputs).
+func referencesCheckpoint(t *onnxpb.TensorProto) bool {
+	if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+		return false
+	}
+	for _, e := range t.GetExternalData() {
+		if e.GetKey() == "location" {
+			return strings.HasPrefix(e.GetValue(), weights.DataDir+"/")
+		}
+	}
+	return false
 }
 
 func sameTensorType(a, b *onnxpb.TensorProto) bool {
