@@ -6,6 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-llm/strata/host/weights"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 func TestCut(t *testing.T) {
@@ -113,4 +118,47 @@ type dirWriter string
 
 func (d dirWriter) WriteFile(rel string, data []byte) error {
 	return os.WriteFile(filepath.Join(string(d), filepath.FromSlash(rel)), data, 0o644)
+}
+
+// A checkpoint tensor two windows both reference is added once; the same
+// name pointing at other bytes is refused.
+func TestStitchReferencedInitializersOnce(t *testing.T) {
+	init := func(offset string) *onnxpb.TensorProto {
+		return &onnxpb.TensorProto{Name: "model.embed_tokens.weight", DataType: int32(onnxpb.TensorProto_FLOAT), Dims: []int64{4},
+			DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: []*onnxpb.StringStringEntryProto{
+				{Key: "location", Value: "checkpoint/model.safetensors"}, {Key: "offset", Value: offset}, {Key: "length", Value: "16"}}}
+	}
+	window := func(s Span, offset string) Model {
+		return Model{Span: s, Spec: &weights.Spec{Format: weights.SpecFormat, Version: weights.SpecVersion, Mode: weights.Reference},
+			Proto: &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{Initializer: []*onnxpb.TensorProto{init(offset)}},
+				MetadataProps: []*onnxpb.StringStringEntryProto{{Key: weights.MetadataKey}}}}
+	}
+	for _, tc := range []struct {
+		name, second string
+		ok           bool
+	}{{"same bytes", "8", true}, {"other bytes", "24", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _, err := Stitch([]Model{window(Span{0, 0, 2}, "8"), window(Span{1, 1, 2}, tc.second)}, IO{})
+			if !tc.ok {
+				if err == nil || !strings.Contains(err.Error(), "differs from an earlier window's") {
+					t.Fatalf("stitched a tensor named twice with other bytes: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back onnxpb.ModelProto
+			if err := proto.Unmarshal(data, &back); err != nil {
+				t.Fatal(err)
+			}
+			if got := back.GetGraph().GetInitializer(); len(got) != 1 || !proto.Equal(got[0], init("8")) {
+				t.Errorf("stitched initializers %v, want the one once", got)
+			}
+		})
+	}
 }
