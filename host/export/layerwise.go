@@ -39,6 +39,7 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.releaseParts()
 	model, spec, err := e.stitch(spans, specs)
 	if err != nil {
 		return nil, err
