@@ -89,25 +89,28 @@ const graphInitializerField = 5
 // graph's unknown fields, which proto.Marshal writes as they are: in the
 // encoded model they are initializers like any other (after the graph's
 // outputs); in the ModelProto Model returns they are not in Initializer.
-func (b *Builder) Referenced(t *onnxpb.TensorProto) error {
+// It returns t's encoding, for a caller that compares initializers by it.
+func (b *Builder) Referenced(t *onnxpb.TensorProto) ([]byte, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
 	size := opts.Size(t)
 	chunk := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(size))
 	chunk = protowire.AppendTag(chunk, graphInitializerField, protowire.BytesType)
 	chunk = protowire.AppendVarint(chunk, uint64(size))
+	start := len(chunk)
 	chunk, err := opts.MarshalAppend(chunk, t)
 	if err != nil {
-		return fmt.Errorf("initializer %s: %w", t.GetName(), err)
+		return nil, fmt.Errorf("initializer %s: %w", t.GetName(), err)
 	}
 	b.referenced[len(b.referenced)-1] = chunk
-	return nil
+	return chunk[start:], nil
 }
 
-// ReferencedEncoded is Referenced for a TensorProto already encoded.
-func (b *Builder) ReferencedEncoded(raw []byte) {
-	chunk := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(len(raw)))
-	chunk = protowire.AppendTag(chunk, graphInitializerField, protowire.BytesType)
-	b.referenced[len(b.referenced)-1] = protowire.AppendBytes(chunk, raw)
+// Unreference takes back the initializer the last Referenced added (its
+// encoding is raw).
+func (b *Builder) Unreference(raw []byte) {
+	last := len(b.referenced) - 1
+	n := len(raw) + protowire.SizeTag(graphInitializerField) + protowire.SizeVarint(uint64(len(raw)))
+	b.referenced[last] = b.referenced[last][:len(b.referenced[last])-n]
 }
 
 // chunk is the last chunk of encoded initializers, with room for n bytes

@@ -20,7 +20,7 @@ func TestReferencedInitializersEncodeAsInitializers(t *testing.T) {
 	b := New("g")
 	b.Initializer(tensor("whole"))
 	for _, name := range []string{"b", "a"} {
-		if err := b.Referenced(tensor(name)); err != nil {
+		if _, err := b.Referenced(tensor(name)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -206,7 +206,7 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	tensor, _ := t.ckpt.Tensor(key)
 	info, _ := dtype.FromSafetensors(tensor.DType)
 	t.inits[key] = nil // added: only the name is kept
-	if err := t.b.Referenced(t.leaf.set(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
+	if _, err := t.b.Referenced(t.leaf.set(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
 		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)); err != nil {
 		return "", err
 	}

@@ -217,20 +217,23 @@ func (s *Stitcher) addInitializers(g *onnxpb.GraphProto) error {
 
 // addReferenced adds a checkpoint tensor's initializer once, encoded; one
 // an earlier window added must be the same.
+// It encodes t into the stitched model first (no copy), and takes it back
+// when an earlier window added it.
 func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	raw, err := s.b.Referenced(t)
 	if err != nil {
-		return fmt.Errorf("initializer %s: %w", t.GetName(), err)
+		return err
 	}
 	sum := sha256.Sum256(raw)
-	if prev, ok := s.referenced[t.GetName()]; ok {
-		if prev != sum {
-			return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
-		}
+	prev, seen := s.referenced[t.GetName()]
+	if !seen {
+		s.referenced[t.GetName()] = sum
 		return nil
 	}
-	s.referenced[t.GetName()] = sum
-	s.b.ReferencedEncoded(raw)
+	s.b.Unreference(raw)
+	if prev != sum {
+		return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
+	}
 	return nil
 }
 
