@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -103,6 +104,48 @@ func (b *Builder) Referenced(t *onnxpb.TensorProto) ([]byte, error) {
 	}
 	b.referenced[len(b.referenced)-1] = chunk
 	return chunk[start:], nil
+}
+
+// ReferencedExternal is Referenced for the TensorProto {name, dataType,
+// dims, external data at offset, length of location}, encoded by hand:
+// the bytes proto.Marshal gives (TestReferencedExternalEncodesAsMarshal),
+// at a fifth of its cost over GLM-4.6's 44,689 tensors.
+func (b *Builder) ReferencedExternal(name string, dataType int32, dims []int64, location string, offset, length int64) {
+	entries := [3][2]string{{"location", location}, {"offset", strconv.FormatInt(offset, 10)}, {"length", strconv.FormatInt(length, 10)}}
+	entrySize := func(e [2]string) int {
+		return protowire.SizeTag(1) + protowire.SizeBytes(len(e[0])) + protowire.SizeTag(2) + protowire.SizeBytes(len(e[1]))
+	}
+	size := protowire.SizeTag(2) + protowire.SizeVarint(uint64(dataType)) +
+		protowire.SizeTag(8) + protowire.SizeBytes(len(name)) +
+		protowire.SizeTag(14) + protowire.SizeVarint(uint64(onnxpb.TensorProto_EXTERNAL))
+	for _, d := range dims { // unpacked, as proto.Marshal writes them
+		size += protowire.SizeTag(1) + protowire.SizeVarint(uint64(d))
+	}
+	for _, e := range entries {
+		size += protowire.SizeTag(13) + protowire.SizeBytes(entrySize(e))
+	}
+	c := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(size))
+	c = protowire.AppendTag(c, graphInitializerField, protowire.BytesType)
+	c = protowire.AppendVarint(c, uint64(size))
+	for _, d := range dims {
+		c = protowire.AppendTag(c, 1, protowire.VarintType)
+		c = protowire.AppendVarint(c, uint64(d))
+	}
+	c = protowire.AppendTag(c, 2, protowire.VarintType)
+	c = protowire.AppendVarint(c, uint64(dataType))
+	c = protowire.AppendTag(c, 8, protowire.BytesType)
+	c = protowire.AppendString(c, name)
+	for _, e := range entries {
+		c = protowire.AppendTag(c, 13, protowire.BytesType)
+		c = protowire.AppendVarint(c, uint64(entrySize(e)))
+		c = protowire.AppendTag(c, 1, protowire.BytesType)
+		c = protowire.AppendString(c, e[0])
+		c = protowire.AppendTag(c, 2, protowire.BytesType)
+		c = protowire.AppendString(c, e[1])
+	}
+	c = protowire.AppendTag(c, 14, protowire.VarintType)
+	c = protowire.AppendVarint(c, uint64(onnxpb.TensorProto_EXTERNAL))
+	b.referenced[len(b.referenced)-1] = c
 }
 
 // Unreference takes back the initializer the last Referenced added (its

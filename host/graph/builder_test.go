@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"bytes"
+	"strconv"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -49,5 +51,35 @@ func TestReferencedInitializersEncodeAsInitializers(t *testing.T) {
 	again, _ := proto.MarshalOptions{Deterministic: true}.Marshal(b.Model(Metadata{}))
 	if string(again) != string(data) {
 		t.Error("a second Model encodes differently (the encoded initializers twice?)")
+	}
+}
+
+// The hand encoding of a checkpoint tensor's initializer is proto.Marshal's,
+// byte for byte, for scalars, large offsets and shapes, and any name.
+func TestReferencedExternalEncodesAsMarshal(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		dataType int32
+		dims     []int64
+		location string
+		offset   int64
+		length   int64
+	}{
+		{"model.layers.0.mlp.experts.12.down_proj.weight", int32(onnxpb.TensorProto_BFLOAT16), []int64{5120, 1536}, "checkpoint/model-00011-of-00144.safetensors", 47225456, 15728640},
+		{"scalar", int32(onnxpb.TensorProto_FLOAT), nil, "checkpoint/model.safetensors", 8, 4},
+		{"empty", int32(onnxpb.TensorProto_FLOAT), []int64{0}, "checkpoint/m.safetensors", 0, 0},
+		{"ünïcode/\"name\"", int32(onnxpb.TensorProto_UINT8), []int64{1 << 40, 1, 3}, "checkpoint/ü.safetensors", 1<<62 - 1, 1 << 41},
+	} {
+		want := &onnxpb.TensorProto{Name: tc.name, DataType: tc.dataType, Dims: tc.dims, DataLocation: onnxpb.TensorProto_EXTERNAL,
+			ExternalData: []*onnxpb.StringStringEntryProto{{Key: "location", Value: tc.location},
+				{Key: "offset", Value: strconv.FormatInt(tc.offset, 10)}, {Key: "length", Value: strconv.FormatInt(tc.length, 10)}}}
+		byHand, marshalled := New("g"), New("g")
+		byHand.ReferencedExternal(tc.name, tc.dataType, tc.dims, tc.location, tc.offset, tc.length)
+		if _, err := marshalled.Referenced(want); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(byHand.referenced[0], marshalled.referenced[0]) {
+			t.Errorf("%s: encoded by hand\n%x\nproto.Marshal\n%x", tc.name, byHand.referenced[0], marshalled.referenced[0])
+		}
 	}
 }

@@ -50,7 +50,6 @@ type Table struct {
 	// ShardBytes bounds each materialised data file (0: DefaultShardBytes).
 	ShardBytes int64
 	shards     []dataShard // set by Layout
-	leaf       leafProto
 }
 
 type pending struct {
@@ -206,32 +205,9 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	tensor, _ := t.ckpt.Tensor(key)
 	info, _ := dtype.FromSafetensors(tensor.DType)
 	t.inits[key] = nil // added: only the name is kept
-	if _, err := t.b.Referenced(t.leaf.set(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
-		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)); err != nil {
-		return "", err
-	}
+	t.b.ReferencedExternal(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
+		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)
 	return key, nil
-}
-
-// leafProto is the one TensorProto a Table encodes its checkpoint tensors'
-// initializers through (graph.Builder.Referenced keeps only the bytes):
-// a fresh one each was 28 MB of garbage for GLM-4.6.
-type leafProto struct {
-	t       onnxpb.TensorProto
-	entries [3]onnxpb.StringStringEntryProto
-	ext     [3]*onnxpb.StringStringEntryProto
-}
-
-// set makes the proto the initializer of length bytes at offset of
-// location, and returns it (valid until the next set).
-func (l *leafProto) set(name string, dataType int32, dims []int64, location string, offset, length int64) *onnxpb.TensorProto {
-	for i, kv := range [3][2]string{{"location", location}, {"offset", strconv.FormatInt(offset, 10)}, {"length", strconv.FormatInt(length, 10)}} {
-		l.entries[i].Key, l.entries[i].Value = kv[0], kv[1]
-		l.ext[i] = &l.entries[i]
-	}
-	l.t.Name, l.t.DataType, l.t.Dims = name, dataType, dims
-	l.t.DataLocation, l.t.ExternalData = onnxpb.TensorProto_EXTERNAL, l.ext[:]
-	return &l.t
 }
 
 func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
