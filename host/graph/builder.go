@@ -93,10 +93,7 @@ const graphInitializerField = 5
 // It returns t's encoding, for a caller that compares initializers by it.
 func (b *Builder) Referenced(t *onnxpb.TensorProto) ([]byte, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
-	size := opts.Size(t)
-	chunk := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(size))
-	chunk = protowire.AppendTag(chunk, graphInitializerField, protowire.BytesType)
-	chunk = protowire.AppendVarint(chunk, uint64(size))
+	chunk := b.record(opts.Size(t))
 	start := len(chunk)
 	chunk, err := opts.MarshalAppend(chunk, t)
 	if err != nil {
@@ -109,7 +106,7 @@ func (b *Builder) Referenced(t *onnxpb.TensorProto) ([]byte, error) {
 // ReferencedExternal is Referenced for the TensorProto {name, dataType,
 // dims, external data at offset, length of location}, encoded by hand:
 // the bytes proto.Marshal gives (TestReferencedExternalEncodesAsMarshal),
-// at a fifth of its cost over GLM-4.6's 44,689 tensors.
+// in 510 ns where building and marshalling the TensorProto took 2,000.
 func (b *Builder) ReferencedExternal(name string, dataType int32, dims []int64, location string, offset, length int64) {
 	entries := [3][2]string{{"location", location}, {"offset", strconv.FormatInt(offset, 10)}, {"length", strconv.FormatInt(length, 10)}}
 	entrySize := func(e [2]string) int {
@@ -124,9 +121,7 @@ func (b *Builder) ReferencedExternal(name string, dataType int32, dims []int64, 
 	for _, e := range entries {
 		size += protowire.SizeTag(13) + protowire.SizeBytes(entrySize(e))
 	}
-	c := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(size))
-	c = protowire.AppendTag(c, graphInitializerField, protowire.BytesType)
-	c = protowire.AppendVarint(c, uint64(size))
+	c := b.record(size)
 	for _, d := range dims {
 		c = protowire.AppendTag(c, 1, protowire.VarintType)
 		c = protowire.AppendVarint(c, uint64(d))
@@ -154,6 +149,14 @@ func (b *Builder) Unreference(raw []byte) {
 	last := len(b.referenced) - 1
 	n := len(raw) + protowire.SizeTag(graphInitializerField) + protowire.SizeVarint(uint64(len(raw)))
 	b.referenced[last] = b.referenced[last][:len(b.referenced[last])-n]
+}
+
+// record starts an initializer of size encoded bytes: the last chunk with
+// the field's tag and length appended, and room for the bytes.
+func (b *Builder) record(size int) []byte {
+	c := b.chunk(protowire.SizeTag(graphInitializerField) + protowire.SizeBytes(size))
+	c = protowire.AppendTag(c, graphInitializerField, protowire.BytesType)
+	return protowire.AppendVarint(c, uint64(size))
 }
 
 // chunk is the last chunk of encoded initializers, with room for n bytes

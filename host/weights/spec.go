@@ -5,7 +5,6 @@ package weights
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -221,25 +220,8 @@ type SpecReference struct {
 	Files   int    `json:"files"`
 }
 
-// Reference renders the metadata value that points at the spec, written
-// (by Marshal) to path beside the model.
-func (s *Spec) Reference(path string) (string, error) {
-	data, err := s.Marshal()
-	if err != nil {
-		return "", err
-	}
-	return s.ReferenceTo(path, data)
-}
-
-// ReferenceTo is Reference for a spec already marshalled as data (the
-// bytes written to path): a large spec is encoded once.
-func (s *Spec) ReferenceTo(path string, data []byte) (string, error) {
-	sum := sha256.Sum256(data)
-	return s.ReferenceSum(path, sum[:])
-}
-
-// ReferenceSum is Reference for a spec written to path, whose bytes have
-// the SHA-256 sum.
+// ReferenceSum renders the metadata value that points at the spec, written
+// to path (relative to the model) with the SHA-256 sum.
 func (s *Spec) ReferenceSum(path string, sum []byte) (string, error) {
 	ref, err := json.Marshal(SpecReference{Format: SpecFormat, Version: SpecVersion, Path: path, SHA256: hex.EncodeToString(sum),
 		Weights: len(s.Weights), Files: len(s.Files)})
