@@ -3,10 +3,14 @@ package export
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -19,8 +23,9 @@ import (
 )
 
 // layerwise exports windows of layers as models of their own (in parallel,
-// skipping windows an earlier run left unchanged), then stitches the window
-// files into model.onnx.
+// skipping windows an earlier run left unchanged) and stitches them into
+// model.onnx as they land: a window built here is stitched from memory,
+// one kept from an earlier run is read back.
 func (e *exporter) layerwise() (*Result, error) {
 	spans, err := window.Cut(len(e.parts.plan.GetLayers()), e.opts.WindowSize)
 	if err != nil {
@@ -33,16 +38,22 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err := e.out.MkdirAll(window.Dir); err != nil {
 		return nil, err
 	}
+	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
+		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
+	if err != nil {
+		return nil, err
+	}
 	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
-	written, kept, specs, err := e.exportWindows(spans, manifest)
+	st := window.NewStitcher(io)
+	written, kept, err := e.exportWindows(spans, manifest, st)
 	if err != nil {
 		return nil, err
 	}
 	e.releaseParts()
-	model, spec, err := e.stitch(spans, specs)
+	model, spec, err := st.Finish()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("stitching windows: %w", err)
 	}
 	size, err := e.commit(model, spec, nil) // windows wrote their weights
 	if err != nil {
@@ -59,100 +70,173 @@ func (e *exporter) layerwise() (*Result, error) {
 	return res, nil
 }
 
+// builtWindow is what exporting one window gave: the model as built
+// (nil when the file on disk was kept).
+type builtWindow struct {
+	model *onnxpb.ModelProto
+	spec  *weights.Spec
+	err   error
+}
+
 // exportWindows writes every window that is not already on disk unchanged,
-// Jobs at a time, recording each in the manifest as it lands. specs are the
-// weight specs of the windows written (nil for those kept).
-func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest) (written, kept []string, specs []*weights.Spec, err error) {
+// Jobs at a time, recording each in the manifest as it lands, and hands
+// them to st in layer order.
+func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest, st *window.Stitcher) (written, kept []string, err error) {
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		firstErr error
-		slots    = make(chan struct{}, e.opts.Jobs)
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		failed atomic.Bool
+		slots  = make(chan struct{}, e.opts.Jobs)
+		built  = make([]chan builtWindow, len(spans))
 	)
-	done := make([]bool, len(spans))
-	specs = make([]*weights.Spec, len(spans))
-	for i, s := range spans {
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			entry, spec, unchanged, err := e.exportWindow(s, m, &mu)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil && !unchanged {
-				m.Record(entry)
-				err = m.Save(e.out)
-			}
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			done[i], specs[i] = unchanged, spec
-		}()
+	for i := range built {
+		built[i] = make(chan builtWindow, 1)
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, nil, nil, firstErr
-	}
+	launched := make(chan struct{})
+	defer func() { // no window runs once this returns
+		failed.Store(true)
+		<-launched
+		wg.Wait()
+	}()
+	go func() {
+		defer close(launched)
+		for i, s := range spans {
+			slots <- struct{}{}
+			if failed.Load() {
+				<-slots
+				built[i] <- builtWindow{err: context.Canceled}
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				w := e.exportWindow(s, m, &mu)
+				if w.err != nil {
+					failed.Store(true)
+				}
+				built[i] <- w
+			}()
+		}
+	}()
 	for i, s := range spans {
-		if done[i] {
+		w := <-built[i]
+		if w.err == nil {
+			w.err = e.stitchWindow(st, s, w)
+		}
+		if w.err != nil {
+			failed.Store(true)
+			return nil, nil, e.firstError(w.err, built[i+1:])
+		}
+		if w.model == nil {
 			kept = append(kept, s.String())
 		} else {
 			written = append(written, s.String())
 		}
 	}
-	return written, kept, specs, nil
+	return written, kept, nil
 }
 
-// exportWindow writes one window's model, and returns its weight spec,
-// unless the manifest shows the same inputs produced the file that is there.
-func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mutex) (window.Entry, *weights.Spec, bool, error) {
+// firstError prefers a window's own error to the cancellation of the
+// windows after it.
+func (e *exporter) firstError(err error, rest []chan builtWindow) error {
+	if !errors.Is(err, context.Canceled) {
+		return err
+	}
+	for _, c := range rest {
+		select {
+		case w := <-c:
+			if w.err != nil && !errors.Is(w.err, context.Canceled) {
+				return w.err
+			}
+		default:
+		}
+	}
+	if e.ctx.Err() != nil {
+		return e.ctx.Err()
+	}
+	return err
+}
+
+// stitchWindow adds window s to st: as built, or read back when kept.
+func (e *exporter) stitchWindow(st *window.Stitcher, s window.Span, w builtWindow) error {
 	if err := e.ctx.Err(); err != nil {
-		return window.Entry{}, nil, false, err
+		return err
+	}
+	if w.model == nil {
+		data, err := e.out.ReadFile(s.File())
+		if err != nil {
+			return err
+		}
+		w.model = &onnxpb.ModelProto{}
+		if err := proto.Unmarshal(data, w.model); err != nil {
+			return fmt.Errorf("%s: %w", e.out.path(s.File()), err)
+		}
+	}
+	if err := st.Add(window.Model{Span: s, Proto: w.model, Spec: w.spec}); err != nil {
+		return fmt.Errorf("stitching windows: %w", err)
+	}
+	return nil
+}
+
+// exportWindow writes one window's model and records it in the manifest,
+// unless the manifest shows the same inputs produced the file that is there.
+func (e *exporter) exportWindow(s window.Span, m *window.Manifest, mu *sync.Mutex) builtWindow {
+	if err := e.ctx.Err(); err != nil {
+		return builtWindow{err: err}
 	}
 	inputs, err := e.windowInputs(s)
 	if err != nil {
-		return window.Entry{}, nil, false, err
+		return builtWindow{err: err}
 	}
 	mu.Lock()
 	unchanged := m.Unchanged(e.out.Path(), s, inputs)
 	mu.Unlock()
 	if unchanged {
-		return window.Entry{}, nil, true, nil
+		return builtWindow{}
 	}
 	a, err := e.assemble(s, windowDataFile(s))
 	if err != nil {
-		return window.Entry{}, nil, false, err
+		return builtWindow{err: err}
 	}
 	spec := e.spec(a.table)
 	model, err := buildModel(a.b, spec, e.plugin, e.opts.Version, &s)
 	if err != nil {
-		return window.Entry{}, nil, false, err
+		return builtWindow{err: err}
 	}
 	data, err := encode(model)
 	if err != nil {
-		return window.Entry{}, nil, false, err
+		return builtWindow{err: err}
 	}
 	entry := window.Entry{Span: s.String(), First: s.First, Last: s.Last, File: s.File(), Inputs: inputs, Output: window.Hash(data)}
 	if a.table.Materializing() {
 		if err := e.out.materialize(e.ctx, a.table); err != nil {
-			return window.Entry{}, nil, false, err
+			return builtWindow{err: err}
 		}
 		entry.Files = map[string]string{}
 		for _, f := range a.table.DataFiles() {
 			sum, err := window.HashFile(e.out.path(f))
 			if err != nil {
-				return window.Entry{}, nil, false, err
+				return builtWindow{err: err}
 			}
 			entry.Files[f] = sum
 		}
 	}
-	if err := e.out.WriteFile(s.File(), data); err != nil {
-		return window.Entry{}, nil, false, err
+	// Unsynced: a window is reused only when it hashes to what the manifest
+	// recorded, and kept windows are synced once the export is done.
+	if err := e.out.WriteFileUnsynced(s.File(), data); err != nil {
+		return builtWindow{err: err}
 	}
-	return entry, spec, false, nil
+	mu.Lock()
+	defer mu.Unlock()
+	m.Record(entry)
+	if err := m.Save(e.out); err != nil {
+		return builtWindow{err: err}
+	}
+	return builtWindow{model: model, spec: spec}
 }
 
-// windowKey is everything a window's bytes depend on.
+// windowKey is everything a window's bytes depend on but the header
+// entries of the tensors it reads (tensorKey), which are hashed after it.
 type windowKey struct {
 	Strata, Plugin, PluginVersion string
 	ComputeDType, Link, Weights   string
@@ -161,7 +245,6 @@ type windowKey struct {
 	Checkpoint, ConfigSHA256      string
 	Span                          string
 	Layers                        int32
-	Tensors                       []tensorKey
 }
 
 // tensorKey is a tensor's safetensors header entry and where it lives.
@@ -183,15 +266,41 @@ func (e *exporter) windowInputs(s window.Span) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	head, err := json.Marshal(k)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(head)
+	b := make([]byte, 0, 256)
 	for _, key := range keys {
 		t, ok := e.ckpt.Tensor(key)
 		if !ok {
 			return "", fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
 		}
 		shard, _ := e.ckpt.Shard(t.Shard)
-		k.Tensors = append(k.Tensors, tensorKey{t.Key, t.Shard, t.DType, t.Shape, t.Offset, t.Length, shard.Size})
+		b = tensorKey{t.Key, t.Shard, t.DType, t.Shape, t.Offset, t.Length, shard.Size}.append(b[:0])
+		h.Write(b)
 	}
-	return window.HashJSON(k)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// append encodes k unambiguously: strings length-prefixed, numbers as
+// varints. By hand: JSON for the tensors was a tenth of a layerwise
+// GLM-4.6 export.
+func (k tensorKey) append(b []byte) []byte {
+	for _, s := range [...]string{k.Key, k.Shard, k.DType} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(k.Shape)))
+	for _, d := range k.Shape {
+		b = binary.AppendVarint(b, d)
+	}
+	for _, v := range [...]int64{k.Offset, k.Length, k.ShardSize} {
+		b = binary.AppendVarint(b, v)
+	}
+	return b
 }
 
 // windowTensors lists the checkpoint keys a window reads, in binding order:
@@ -231,42 +340,15 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 	return keys, nil
 }
 
-// stitch reads the window files back, one at a time, and joins them;
-// specs[i], when set, is window i's spec as built.
-func (e *exporter) stitch(spans []window.Span, specs []*weights.Spec) (*onnxpb.ModelProto, *weights.Spec, error) {
-	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
-		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
-	if err != nil {
-		return nil, nil, err
-	}
-	st := window.NewStitcher(io)
-	for i, s := range spans {
-		if err := e.ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		data, err := e.out.ReadFile(s.File())
-		if err != nil {
-			return nil, nil, err
-		}
-		m := &onnxpb.ModelProto{}
-		if err := proto.Unmarshal(data, m); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", e.out.path(s.File()), err)
-		}
-		if err := st.Add(window.Model{Span: s, Proto: m, Spec: specs[i]}); err != nil {
-			return nil, nil, fmt.Errorf("stitching windows: %w", err)
-		}
-	}
-	stitched, spec, err := st.Finish()
-	if err != nil {
-		return nil, nil, fmt.Errorf("stitching windows: %w", err)
-	}
-	return stitched, spec, nil
-}
-
 // finishWindows makes kept windows runnable (their checkpoint links) or
 // removes them, and records the finished model in the manifest.
 func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 	if e.opts.KeepWindows {
+		for _, w := range m.Windows {
+			if err := e.out.Sync(w.File); err != nil {
+				return err
+			}
+		}
 		if err := e.out.linkWindowShards(e.ckpt, spec); err != nil {
 			return err
 		}

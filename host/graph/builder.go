@@ -31,8 +31,12 @@ type Builder struct {
 	referenced [][]byte
 }
 
-// referencedChunk is the size of a chunk of encoded initializers.
-const referencedChunk = 1 << 20
+// Chunks of encoded initializers start small (a window of one layer holds
+// a few hundred) and double up to the largest size.
+const (
+	firstChunk = 16 << 10
+	lastChunk  = 1 << 20
+)
 
 // New starts a graph called name.
 func New(name string) *Builder {
@@ -143,6 +147,68 @@ func (b *Builder) ReferencedExternal(name string, dataType int32, dims []int64, 
 	b.referenced[len(b.referenced)-1] = c
 }
 
+// ReferencedEncoded is Referenced for an initializer already encoded (as
+// EncodedReferenced gives them): its bytes are copied as they are.
+func (b *Builder) ReferencedEncoded(raw []byte) {
+	c := b.record(len(raw))
+	b.referenced[len(b.referenced)-1] = append(c, raw...)
+}
+
+// EncodedReferenced calls fn with the name and encoding of each initializer
+// the model (as Model returned it) holds encoded, in order, then lets the
+// encodings go from the model.
+func EncodedReferenced(m *onnxpb.ModelProto, fn func(name string, raw []byte) error) error {
+	g := m.GetGraph()
+	if g == nil {
+		return nil
+	}
+	fields := g.ProtoReflect().GetUnknown()
+	for len(fields) > 0 {
+		num, typ, n := protowire.ConsumeTag(fields)
+		if n < 0 || num != graphInitializerField || typ != protowire.BytesType {
+			return fmt.Errorf("graph %s: an unknown field that is not an encoded initializer", g.GetName())
+		}
+		raw, m := protowire.ConsumeBytes(fields[n:])
+		if m < 0 {
+			return fmt.Errorf("graph %s: a truncated encoded initializer", g.GetName())
+		}
+		fields = fields[n+m:]
+		name, err := tensorName(raw)
+		if err != nil {
+			return fmt.Errorf("graph %s: %w", g.GetName(), err)
+		}
+		if err := fn(name, raw); err != nil {
+			return err
+		}
+	}
+	g.ProtoReflect().SetUnknown(nil)
+	return nil
+}
+
+// tensorName reads TensorProto.name (field 8) from an encoded tensor.
+func tensorName(raw []byte) (string, error) {
+	for len(raw) > 0 {
+		num, typ, n := protowire.ConsumeTag(raw)
+		if n < 0 {
+			return "", fmt.Errorf("a malformed encoded initializer")
+		}
+		raw = raw[n:]
+		if num == 8 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(raw)
+			if m < 0 {
+				return "", fmt.Errorf("a malformed encoded initializer")
+			}
+			return string(v), nil
+		}
+		m := protowire.ConsumeFieldValue(num, typ, raw)
+		if m < 0 {
+			return "", fmt.Errorf("a malformed encoded initializer")
+		}
+		raw = raw[m:]
+	}
+	return "", fmt.Errorf("an encoded initializer without a name")
+}
+
 // Unreference takes back the initializer the last Referenced added (its
 // encoding is raw).
 func (b *Builder) Unreference(raw []byte) {
@@ -165,7 +231,11 @@ func (b *Builder) chunk(n int) []byte {
 	if last := len(b.referenced) - 1; last >= 0 && cap(b.referenced[last])-len(b.referenced[last]) >= n {
 		return b.referenced[last]
 	}
-	b.referenced = append(b.referenced, make([]byte, 0, max(n, referencedChunk)))
+	size := firstChunk
+	if last := len(b.referenced) - 1; last >= 0 {
+		size = min(2*cap(b.referenced[last]), lastChunk)
+	}
+	b.referenced = append(b.referenced, make([]byte, 0, max(n, size)))
 	return b.referenced[len(b.referenced)-1]
 }
 

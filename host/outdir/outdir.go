@@ -128,6 +128,7 @@ type Dir struct {
 	mkmu  sync.Mutex // held while making a directory
 	mu    sync.Mutex // guards owned, pending and the manifest file
 	owned map[string][]Entry
+	enc   manifestEncoder // owned as last saved, encoded
 	// pending is what this process changed in owned since its last Save:
 	// a shared Save replays just that onto the manifest on disk, which
 	// holds the other writers' latest.
@@ -777,9 +778,9 @@ func (d *Dir) Save() error {
 		sessions = d.mergeDisk()
 	}
 	m := manifest{Format: manifestFormat, Version: manifestVersion, Tool: d.tool, Sessions: sessions, Entries: d.owned}
-	// Compact: it is rewritten before every entry gets its name (330 times
-	// in a layerwise GLM-4.6 export), and indenting it doubled the cost.
-	data, err := json.Marshal(m)
+	// Compact: it is rewritten before every entry gets its name, and
+	// indenting it doubled the cost.
+	data, err := d.enc.encode(m)
 	if err != nil {
 		return err
 	}
@@ -1053,8 +1054,19 @@ func (d *Dir) WriteFile(rel string, data []byte) error {
 	return d.WriteFileMode(rel, data, 0o644)
 }
 
+// WriteFileUnsynced is WriteFile without the fsync, for a file whose reader
+// checks it (by its hash) before trusting it: a crash may leave it torn,
+// never under another file's name.
+func (d *Dir) WriteFileUnsynced(rel string, data []byte) error {
+	return d.writeFile(rel, data, 0o644, false)
+}
+
 // WriteFileMode writes rel atomically with mode (less the umask).
 func (d *Dir) WriteFileMode(rel string, data []byte, mode os.FileMode) error {
+	return d.writeFile(rel, data, mode, true)
+}
+
+func (d *Dir) writeFile(rel string, data []byte, mode os.FileMode, sync bool) error {
 	f, err := d.Create(rel)
 	if err != nil {
 		return err
@@ -1069,7 +1081,7 @@ func (d *Dir) WriteFileMode(rel string, data []byte, mode os.FileMode) error {
 		f.Abort()
 		return fmt.Errorf("writing %s: %w", d.Join(rel), err)
 	}
-	return f.Commit()
+	return f.commit(sync)
 }
 
 // copyChunk is how much is copied between checks for cancellation.
@@ -1295,6 +1307,19 @@ func (d *Dir) ReadFile(rel string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// Sync flushes strata's file rel (written unsynced) to disk.
+func (d *Dir) Sync(rel string) error {
+	f, err := d.Open(rel)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", d.Join(rel), err)
+	}
+	return nil
 }
 
 // Open opens strata's regular file rel for reading, without following

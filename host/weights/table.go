@@ -78,7 +78,8 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
 	}
-	if v, ok := t.byExpr[e.Canonical()]; ok {
+	canonical := e.Canonical()
+	if v, ok := t.byExpr[canonical]; ok {
 		return v, nil
 	}
 	if _, taken := t.weights[name]; taken {
@@ -91,7 +92,7 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	if err := t.place(w); err != nil {
 		return "", err
 	}
-	t.byExpr[e.Canonical()] = name
+	t.byExpr[canonical] = name
 	t.weights[name] = w
 	t.order = append(t.order, name)
 	return name, nil

@@ -31,7 +31,7 @@ func FuzzManifest(f *testing.F) {
 
 type memWriter struct{ data []byte }
 
-func (w *memWriter) WriteFile(_ string, data []byte) error {
+func (w *memWriter) WriteFileUnsynced(_ string, data []byte) error {
 	w.data = append([]byte(nil), data...)
 	return nil
 }

@@ -84,10 +84,12 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	return &read, nil
 }
 
-// FileWriter writes a file atomically by its path relative to an output
-// directory (host/outdir.Dir).
+// FileWriter writes a file atomically, not necessarily synced, by its path
+// relative to an output directory (host/outdir.Dir). The manifest need not
+// be synced: a torn one is ignored (Load warns), and every window it names
+// is checked against its hash before it is reused.
 type FileWriter interface {
-	WriteFile(rel string, data []byte) error
+	WriteFileUnsynced(rel string, data []byte) error
 }
 
 // Save writes the manifest into the output directory atomically, windows in
@@ -100,7 +102,7 @@ func (m *Manifest) Save(dir FileWriter) error {
 	if err != nil {
 		return err
 	}
-	return dir.WriteFile(ManifestFile, append(data, '\n'))
+	return dir.WriteFileUnsynced(ManifestFile, append(data, '\n'))
 }
 
 // Record adds or replaces the entry for e's span.
@@ -153,14 +155,4 @@ func HashFile(path string) (string, error) {
 func Hash(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
-}
-
-// HashJSON hashes v's JSON encoding (struct fields in order, map keys
-// sorted: the same value always hashes the same).
-func HashJSON(v any) (string, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	return Hash(data), nil
 }

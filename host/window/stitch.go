@@ -184,6 +184,9 @@ func (s *Stitcher) add(w Model) error {
 	if err := s.addInitializers(g); err != nil {
 		return err
 	}
+	if err := graph.EncodedReferenced(w.Proto, s.addEncoded); err != nil {
+		return err
+	}
 	for _, n := range g.GetNode() {
 		if err := s.addNode(renamed(n, rename)); err != nil {
 			return err
@@ -224,17 +227,36 @@ func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
 	if err != nil {
 		return err
 	}
+	first, err := s.firstReferenced(t.GetName(), raw)
+	if !first {
+		s.b.Unreference(raw)
+	}
+	return err
+}
+
+// addEncoded is addReferenced for an initializer a window built in this
+// process holds encoded (graph.Builder.Referenced): no TensorProto at all.
+func (s *Stitcher) addEncoded(name string, raw []byte) error {
+	first, err := s.firstReferenced(name, raw)
+	if first {
+		s.b.ReferencedEncoded(raw)
+	}
+	return err
+}
+
+// firstReferenced reports whether no earlier window added initializer name;
+// one that did must have added the same encoding.
+func (s *Stitcher) firstReferenced(name string, raw []byte) (bool, error) {
 	sum := sha256.Sum256(raw)
-	prev, seen := s.referenced[t.GetName()]
+	prev, seen := s.referenced[name]
 	if !seen {
-		s.referenced[t.GetName()] = sum
-		return nil
+		s.referenced[name] = sum
+		return true, nil
 	}
-	s.b.Unreference(raw)
 	if prev != sum {
-		return fmt.Errorf("initializer %s differs from an earlier window's", t.GetName())
+		return false, fmt.Errorf("initializer %s differs from an earlier window's", name)
 	}
-	return nil
+	return false, nil
 }
 
 // referencesCheckpoint reports whether t is external data in the export's

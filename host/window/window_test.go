@@ -116,7 +116,7 @@ func TestStitchNeedsTiledWindows(t *testing.T) {
 // dirWriter writes files under a plain directory.
 type dirWriter string
 
-func (d dirWriter) WriteFile(rel string, data []byte) error {
+func (d dirWriter) WriteFileUnsynced(rel string, data []byte) error {
 	return os.WriteFile(filepath.Join(string(d), filepath.FromSlash(rel)), data, 0o644)
 }
 

@@ -174,3 +174,39 @@ func TestInferErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestCanonicalTellsExpressionsApart(t *testing.T) {
+	a, b := Leaf("a"), Leaf("b")
+	distinct := []*Expr{
+		a,
+		b,
+		Leaf(`a"`),
+		Leaf("a,b"),
+		Cast(a, "float32"),
+		Cast(a, "float16"),
+		{Op: OpTranspose, Args: []*Expr{a}, Ints: []int64{1, 0}},
+		{Op: OpTranspose, Args: []*Expr{a}, Ints: []int64{10}},
+		{Op: OpReshape, Args: []*Expr{a}, Ints: []int64{1, 0}},
+		{Op: OpStack, Args: []*Expr{a, b}},
+		{Op: OpStack, Args: []*Expr{b, a}},
+		{Op: OpStack, Args: []*Expr{a, b}, Axis: 1},
+		{Op: OpConcat, Args: []*Expr{a, b}},
+		{Op: OpConcat, Args: []*Expr{{Op: OpConcat, Args: []*Expr{a}}, b}},
+		{Op: OpConcat, Args: []*Expr{{Op: OpConcat, Args: []*Expr{a, b}}}},
+		{Op: OpSlice, Args: []*Expr{a}, Start: 1, End: 2, Step: 1},
+		{Op: OpSlice, Args: []*Expr{a}, Start: 12, Step: 1},
+		{Op: OpSlice, Args: []*Expr{a}, Start: 1, End: 21},
+	}
+	seen := map[string]int{}
+	for i, e := range distinct {
+		c := e.Canonical()
+		if j, ok := seen[c]; ok {
+			t.Errorf("expressions %d (%s) and %d (%s) have the same canonical form %s", j, distinct[j], i, e, c)
+		}
+		seen[c] = i
+		same := &Expr{Key: e.Key, Op: e.Op, Args: e.Args, Ints: append([]int64(nil), e.Ints...), Axis: e.Axis, Start: e.Start, End: e.End, Step: e.Step, To: e.To}
+		if got := same.Canonical(); got != c {
+			t.Errorf("a copy of %s has canonical form %s, want %s", e, got, c)
+		}
+	}
+}
