@@ -148,10 +148,14 @@ func (b *Builder) ReferencedExternal(name string, dataType int32, dims []int64, 
 }
 
 // ReferencedEncoded is Referenced for an initializer already encoded (as
-// EncodedReferenced gives them): its bytes are copied as they are.
-func (b *Builder) ReferencedEncoded(raw []byte) {
+// EncodedReferenced gives them): its bytes are copied as they are, and the
+// copy returned.
+func (b *Builder) ReferencedEncoded(raw []byte) []byte {
 	c := b.record(len(raw))
-	b.referenced[len(b.referenced)-1] = append(c, raw...)
+	start := len(c)
+	c = append(c, raw...)
+	b.referenced[len(b.referenced)-1] = c
+	return c[start:]
 }
 
 // EncodedReferenced calls fn with the name and encoding of each initializer

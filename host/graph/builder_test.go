@@ -3,6 +3,7 @@ package graph
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -80,6 +81,40 @@ func TestReferencedExternalEncodesAsMarshal(t *testing.T) {
 		}
 		if !bytes.Equal(byHand.referenced[0], marshalled.referenced[0]) {
 			t.Errorf("%s: encoded by hand\n%x\nproto.Marshal\n%x", tc.name, byHand.referenced[0], marshalled.referenced[0])
+		}
+	}
+}
+
+// EncodedReferenced gives back each encoded initializer by name, in order,
+// as its TensorProto's bytes, and lets them go; other unknown fields are
+// refused.
+func TestEncodedReferencedGivesTheInitializersBack(t *testing.T) {
+	b := New("g")
+	names := []string{"a", "b.weight", "c"}
+	for i, n := range names {
+		b.ReferencedExternal(n, int32(onnxpb.TensorProto_FLOAT), []int64{int64(i + 1)}, "checkpoint/x.safetensors", int64(8*i), 4)
+	}
+	m := b.Model(Metadata{})
+	var got []string
+	err := EncodedReferenced(m, func(name string, raw []byte) error {
+		var tp onnxpb.TensorProto
+		if err := proto.Unmarshal(raw, &tp); err != nil || tp.GetName() != name {
+			t.Errorf("initializer %s: encoding decodes to %q (%v)", name, tp.GetName(), err)
+		}
+		got = append(got, name)
+		return nil
+	})
+	if err != nil || strconv.Quote(strings.Join(got, ",")) != strconv.Quote(strings.Join(names, ",")) {
+		t.Fatalf("got %v (%v), want %v", got, err, names)
+	}
+	if len(m.GetGraph().ProtoReflect().GetUnknown()) != 0 {
+		t.Error("the encodings were not let go")
+	}
+	for _, bad := range [][]byte{{0x08, 0x01}, {0x2a, 0x05, 0x01}, {0x2a, 0x02, 0x10, 0x01}} {
+		m := &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{}}
+		m.Graph.ProtoReflect().SetUnknown(bad)
+		if err := EncodedReferenced(m, func(string, []byte) error { return nil }); err == nil {
+			t.Errorf("unknown fields %x accepted", bad)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 package window
 
 import (
-	"crypto/sha256"
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -68,9 +68,9 @@ type Stitcher struct {
 	inputs   map[string]*onnxpb.ValueInfoProto // the stitched model's graph inputs
 	inits    map[string]*onnxpb.TensorProto    // initializers so far, but those referencing the checkpoint
 	// referenced are the initializers that reference checkpoint tensors,
-	// by the SHA-256 of their encoding (graph.Builder.Referenced keeps
-	// them encoded): their TensorProtos are let go.
-	referenced map[string][sha256.Size]byte
+	// by name: their encodings in the stitched model (graph.Builder keeps
+	// them encoded), which a later window's must equal.
+	referenced map[string][]byte
 	// From the windows' models: the first's producer, their metadata, specs.
 	producer, producerVersion string
 	props                     map[string]string
@@ -81,7 +81,7 @@ type Stitcher struct {
 // NewStitcher starts a stitched model with the whole model's io.
 func NewStitcher(io IO) *Stitcher {
 	s := &Stitcher{io: io, produced: map[string]*onnxpb.NodeProto{}, inputs: map[string]*onnxpb.ValueInfoProto{},
-		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string][sha256.Size]byte{}, props: map[string]string{}}
+		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string][]byte{}, props: map[string]string{}}
 	for _, v := range io.Inputs {
 		s.inputs[v.Name] = v.Info()
 	}
@@ -227,36 +227,29 @@ func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
 	if err != nil {
 		return err
 	}
-	first, err := s.firstReferenced(t.GetName(), raw)
-	if !first {
+	if prev, seen := s.referenced[t.GetName()]; seen {
 		s.b.Unreference(raw)
+		return sameReferenced(t.GetName(), prev, raw)
 	}
-	return err
+	s.referenced[t.GetName()] = raw
+	return nil
 }
 
 // addEncoded is addReferenced for an initializer a window built in this
 // process holds encoded (graph.Builder.Referenced): no TensorProto at all.
 func (s *Stitcher) addEncoded(name string, raw []byte) error {
-	first, err := s.firstReferenced(name, raw)
-	if first {
-		s.b.ReferencedEncoded(raw)
+	if prev, seen := s.referenced[name]; seen {
+		return sameReferenced(name, prev, raw)
 	}
-	return err
+	s.referenced[name] = s.b.ReferencedEncoded(raw)
+	return nil
 }
 
-// firstReferenced reports whether no earlier window added initializer name;
-// one that did must have added the same encoding.
-func (s *Stitcher) firstReferenced(name string, raw []byte) (bool, error) {
-	sum := sha256.Sum256(raw)
-	prev, seen := s.referenced[name]
-	if !seen {
-		s.referenced[name] = sum
-		return true, nil
+func sameReferenced(name string, prev, raw []byte) error {
+	if !bytes.Equal(prev, raw) {
+		return fmt.Errorf("initializer %s differs from an earlier window's", name)
 	}
-	if prev != sum {
-		return false, fmt.Errorf("initializer %s differs from an earlier window's", name)
-	}
-	return false, nil
+	return nil
 }
 
 // referencesCheckpoint reports whether t is external data in the export's

@@ -4,11 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/weights"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -128,17 +130,35 @@ func TestStitchReferencedInitializersOnce(t *testing.T) {
 			DataLocation: onnxpb.TensorProto_EXTERNAL, ExternalData: []*onnxpb.StringStringEntryProto{
 				{Key: "location", Value: "checkpoint/model.safetensors"}, {Key: "offset", Value: offset}, {Key: "length", Value: "16"}}}
 	}
-	window := func(s Span, offset string) Model {
-		return Model{Span: s, Spec: &weights.Spec{Format: weights.SpecFormat, Version: weights.SpecVersion, Mode: weights.Reference},
-			Proto: &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{Initializer: []*onnxpb.TensorProto{init(offset)}},
-				MetadataProps: []*onnxpb.StringStringEntryProto{{Key: weights.MetadataKey}}}}
+	// A window read back from its file holds the TensorProto; one built in
+	// this process holds it encoded (graph.Builder.ReferencedExternal).
+	window := func(s Span, offset string, encoded bool) Model {
+		spec := &weights.Spec{Format: weights.SpecFormat, Version: weights.SpecVersion, Mode: weights.Reference}
+		meta := []*onnxpb.StringStringEntryProto{{Key: weights.MetadataKey}}
+		if !encoded {
+			return Model{Span: s, Spec: spec, Proto: &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{Initializer: []*onnxpb.TensorProto{init(offset)}}, MetadataProps: meta}}
+		}
+		b := graph.New("")
+		n, _ := strconv.ParseInt(offset, 10, 64)
+		b.ReferencedExternal("model.embed_tokens.weight", int32(onnxpb.TensorProto_FLOAT), []int64{4}, "checkpoint/model.safetensors", n, 16)
+		m := b.Model(graph.Metadata{})
+		m.MetadataProps = meta
+		return Model{Span: s, Spec: spec, Proto: m}
 	}
 	for _, tc := range []struct {
-		name, second string
-		ok           bool
-	}{{"same bytes", "8", true}, {"other bytes", "24", false}} {
+		name, second     string
+		first, secondEnc bool
+		ok               bool
+	}{
+		{"same bytes", "8", false, false, true},
+		{"other bytes", "24", false, false, false},
+		{"same bytes, encoded", "8", true, true, true},
+		{"other bytes, encoded", "24", true, true, false},
+		{"same bytes, read back then encoded", "8", false, true, true},
+		{"other bytes, encoded then read back", "24", true, false, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, _, err := Stitch([]Model{window(Span{0, 0, 2}, "8"), window(Span{1, 1, 2}, tc.second)}, IO{})
+			m, _, err := Stitch([]Model{window(Span{0, 0, 2}, "8", tc.first), window(Span{1, 1, 2}, tc.second, tc.secondEnc)}, IO{})
 			if !tc.ok {
 				if err == nil || !strings.Contains(err.Error(), "differs from an earlier window's") {
 					t.Fatalf("stitched a tensor named twice with other bytes: %v", err)
