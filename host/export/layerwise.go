@@ -431,6 +431,7 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 // so each window file runs on its own: hard links to the output's own
 // links (same filesystem by construction), or symlinks to the source.
 func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec) error {
+	var links []weights.ShardLink
 	for _, f := range spec.Files {
 		src, mode := filepath.Join(o.Abs(), filepath.FromSlash(f.Path)), weights.LinkHard
 		if f.Link == weights.LinkSymlink {
@@ -440,10 +441,10 @@ func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec
 			}
 			src, mode = sh.Path, weights.LinkSymlink
 		}
-		dst := window.Dir + "/" + f.Path
-		if err := weights.LinkShard(context.Background(), o.Dir, src, dst, mode, nil); err != nil {
-			return fmt.Errorf("linking shard %s for the windows: %w", f.Source, err)
-		}
+		links = append(links, weights.ShardLink{Source: f.Source, Src: src, Rel: window.Dir + "/" + f.Path, Mode: mode})
+	}
+	if err := weights.LinkShards(context.Background(), o.Dir, links, nil); err != nil {
+		return fmt.Errorf("for the windows: %w", err)
 	}
 	return nil
 }

@@ -116,21 +116,20 @@ func (o outDir) linkShards(ctx context.Context, ckpt *checkpoint.Checkpoint, spe
 		meter.Stop()
 		atomic.AddInt64(&ckpt.BytesRead, meter.Done()) // copies read every byte
 	}()
+	var links []weights.ShardLink
 	for _, f := range spec.Files {
 		if f.Kind != weights.KindCheckpoint {
 			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return err
 		}
 		sh, ok := ckpt.Shard(f.Source)
 		if !ok {
 			return fmt.Errorf("the spec names shard %s, which the checkpoint does not have", f.Source)
 		}
 		keep[f.Path] = true
-		if err := weights.LinkShard(ctx, o.Dir, sh.Path, f.Path, f.Link, meter); err != nil {
-			return fmt.Errorf("linking shard %s: %w", f.Source, err)
-		}
+		links = append(links, weights.ShardLink{Source: f.Source, Src: sh.Path, Rel: f.Path, Mode: f.Link})
+	}
+	if err := weights.LinkShards(ctx, o.Dir, links, meter); err != nil {
+		return err
 	}
 	return o.Prune(weights.DataDir, keep)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"syscall"
 
@@ -90,8 +91,51 @@ func LinkShard(ctx context.Context, d *outdir.Dir, src, rel, mode string, meter 
 	}
 }
 
+// ShardLink is a shard file (Src) to reach as Rel inside the output
+// directory, by Mode; Source names the shard in errors.
+type ShardLink struct {
+	Source, Src, Rel, Mode string
+}
+
+// LinkShards is LinkShard for many shards: the hard links and symlinks are
+// made in one batch (outdir.Dir.Links: one manifest save, not one per
+// shard), clones and copies one by one.
+func LinkShards(ctx context.Context, d *outdir.Dir, shards []ShardLink, meter *progress.Meter) error {
+	var batch []outdir.Link
+	for _, s := range shards {
+		if s.Mode == LinkHard || s.Mode == LinkSymlink {
+			batch = append(batch, outdir.Link{Src: s.Src, Rel: s.Rel, Symbolic: s.Mode == LinkSymlink})
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := LinkShard(ctx, d, s.Src, s.Rel, s.Mode, meter); err != nil {
+			return fmt.Errorf("linking shard %s: %w", s.Source, err)
+		}
+	}
+	err := d.Links(batch)
+	var lerr *os.LinkError
+	if err == nil || !errors.As(err, &lerr) {
+		return err
+	}
+	for _, s := range shards {
+		if s.Src == lerr.Old || d.Join(s.Rel) == lerr.New {
+			if s.Mode == LinkHard {
+				err = explainHardLink(d, s.Src, s.Rel, err)
+			}
+			return fmt.Errorf("linking shard %s: %w", s.Source, err)
+		}
+	}
+	return err
+}
+
 func hardLink(d *outdir.Dir, src, rel string) error {
-	err := d.Link(src, rel)
+	return explainHardLink(d, src, rel, d.Link(src, rel))
+}
+
+// explainHardLink says why a hard link failed and what to pass instead.
+func explainHardLink(d *outdir.Dir, src, rel string, err error) error {
 	into := path.Dir(d.Join(rel))
 	if errors.Is(err, syscall.EXDEV) {
 		return fmt.Errorf("cannot hard-link %s into %s: they are on different filesystems; "+
