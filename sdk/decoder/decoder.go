@@ -133,7 +133,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	domain := "strata." + p.Name
 	switch req.GetPart() {
 	case sdk.PartEmbed:
-		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed), nil
+		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt)), nil
 	case sdk.PartContext:
 		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions()), nil
 	case sdk.PartLayer:

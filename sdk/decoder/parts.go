@@ -3,6 +3,7 @@ package decoder
 import (
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/dtype"
 	"github.com/strata-llm/strata/sdk/fn"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/weight"
@@ -75,19 +76,43 @@ func SlidingWindow(name string, window int) ContextValue {
 
 // EmbedPart looks input_ids up in the embedding tensor.
 func EmbedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
-	return embedPart(domain, name, dt, embed, nil)
+	return embedPart(domain, name, dt, embed, nil, dt)
 }
 
-// embedPart is EmbedPart finished by hook (Model.Embed) when set.
-func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f *fn.Func, ids, embedded fn.Value) fn.Value) *pb.BuildResponse {
+// embedPart is EmbedPart finished by hook (Model.Embed) when set. The table
+// is looked up in dtype table, and the rows cast to dt when it differs.
+func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f *fn.Func, ids, embedded fn.Value) fn.Value, table fn.DType) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
-	ids, table := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
-	hidden := blocks.Embedding(f, table, ids)
+	ids, weights := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
+	hidden := blocks.Embedding(f, weights, ids)
+	bind := weight.Bind("embed_tokens.weight", embed)
+	if table != dt {
+		hidden = f.Cast(hidden, dt)
+		bind.Dtype = dtype.Name(table)
+	}
 	if hook != nil {
 		hidden = hook(f, ids, hidden)
 	}
 	f.Output(sdk.HiddenStates, hidden)
-	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{weight.Bind("embed_tokens.weight", embed)}})
+	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{bind}})
+}
+
+// embedTableDType is the dtype to look the embedding table up in: as
+// stored when that is bfloat16 or float16, the compute dtype float32 and
+// the table not the head's too. ONNX Runtime folds a Cast of a weight into
+// a float32 copy at every session creation (262 MB for a 32000×2048 table);
+// cast after the Gather, only the rows looked up are converted and the
+// table stays as stored. Tied, the head needs the float32 copy anyway, and
+// the two would both be held.
+func (m *Model) embedTableDType(dt fn.DType) fn.DType {
+	t, ok := m.Inventory[m.Key("embed_tokens.weight")]
+	if !ok || m.Tied || dt != fn.Float32 {
+		return dt
+	}
+	if stored, ok := dtype.FromSafetensors(t.GetDtype()); ok && (stored.Name == "bfloat16" || stored.Name == "float16") {
+		return stored.ONNX
+	}
+	return dt
 }
 
 // ContextPart computes, once per model, the RoPE tables, the causal mask,
