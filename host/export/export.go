@@ -303,14 +303,10 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	setMetadata(m, weights.MetadataKey, ref)
 	setMetadata(m, "strata.model_type", spec.ModelType)
 	setMetadata(m, "strata.compute_dtype", spec.ComputeDType)
-	model, err := encode(m)
-	if err != nil {
-		return 0, err
-	}
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return len(model), e.out.write(e.ctx, e.ckpt, spec, specFile, model, t, extra)
+	return e.out.write(e.ctx, e.ckpt, spec, specFile, m, t, extra)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).

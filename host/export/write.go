@@ -1,15 +1,18 @@
 package export
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"sync/atomic"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/progress"
 	"github.com/strata-llm/strata/host/weights"
+	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 // outDir is the export's output directory: strata replaces and deletes in
@@ -39,34 +42,53 @@ func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint, op
 
 // write commits an export: the old model.onnx goes first (a model.onnx
 // present means a complete export), then shards, materialised weights (t,
-// unless nil), spec, and model.onnx last.
-func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specFile *outdir.File, model []byte, t *weights.Table, extra map[string][]byte) error {
+// unless nil), spec, and model.onnx last, whose size it returns.
+func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specFile *outdir.File, model *onnxpb.ModelProto, t *weights.Table, extra map[string][]byte) (int, error) {
 	if err := o.removeModel(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := o.linkShards(ctx, ckpt, spec); err != nil {
-		return err
+		return 0, err
 	}
 	if t != nil && t.Materializing() {
 		if err := o.materialize(ctx, t); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := o.pruneWeights(spec); err != nil {
-		return err
+		return 0, err
 	}
 	if err := specFile.Commit(); err != nil {
-		return err
+		return 0, err
 	}
 	for name, data := range extra {
 		if err := o.WriteFile(name, data); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return 0, err
 	}
-	return o.WriteFile(ModelFile, model)
+	return o.writeModel(model)
+}
+
+// writeModel encodes the model straight into model.onnx (graph.WriteModel)
+// and returns its size.
+func (o outDir) writeModel(m *onnxpb.ModelProto) (int, error) {
+	f, err := o.Create(ModelFile)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Abort() // nothing, once committed
+	w := bufio.NewWriterSize(f, 1<<20)
+	n, err := graph.WriteModel(w, m)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("writing %s: %w", o.path(ModelFile), err)
+	}
+	return int(n), f.Commit()
 }
 
 // materialize writes t's data files (and their index when sharded).

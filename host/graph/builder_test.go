@@ -118,3 +118,43 @@ func TestEncodedReferencedGivesTheInitializersBack(t *testing.T) {
 		}
 	}
 }
+
+// WriteModel writes what proto.Marshal (deterministic) does: with encoded
+// initializers, without, and with no graph at all.
+func TestWriteModelIsMarshal(t *testing.T) {
+	withHeld := func() *onnxpb.ModelProto {
+		b := New("g")
+		b.Input("x", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
+		b.Output("y", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
+		b.Node(&onnxpb.NodeProto{OpType: "Add", Input: []string{"x", "a"}, Output: []string{"y"}})
+		b.Initializer(&onnxpb.TensorProto{Name: "c", DataType: int32(onnxpb.TensorProto_FLOAT), Dims: []int64{1}, FloatData: []float32{2}})
+		for i := range 3000 { // more than one chunk
+			b.ReferencedExternal("a."+strconv.Itoa(i), int32(onnxpb.TensorProto_FLOAT), []int64{int64(i)}, "checkpoint/x.safetensors", int64(4*i), 4)
+		}
+		if err := b.AddFunction(&onnxpb.FunctionProto{Name: "F", Domain: "d", OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: 17}}}); err != nil {
+			t.Fatal(err)
+		}
+		return b.Model(Metadata{ProducerName: "strata", ProducerVersion: "v", Props: map[string]string{"k": "v"}})
+	}
+	plain := func() *onnxpb.ModelProto { return New("g").Model(Metadata{ProducerName: "strata"}) }
+	for name, m := range map[string]*onnxpb.ModelProto{"held": withHeld(), "plain": plain(), "no graph": {IrVersion: IRVersion}} {
+		t.Run(name, func(t *testing.T) {
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			n, err := WriteModel(&got, m)
+			if err != nil || n != int64(got.Len()) {
+				t.Fatalf("wrote %d of %d bytes: %v", n, got.Len(), err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("WriteModel wrote %d bytes unlike proto.Marshal's %d", got.Len(), len(want))
+			}
+			again, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			if !bytes.Equal(again, want) {
+				t.Error("WriteModel changed the model")
+			}
+		})
+	}
+}

@@ -2,10 +2,9 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
-
-	"google.golang.org/protobuf/proto"
 
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -47,17 +46,29 @@ func (b *Builder) Inline(c Call) error {
 		if err := checkInlinable(n); err != nil {
 			return fmt.Errorf("%s: node %s: %w", c.Fn.GetName(), n.GetName(), err)
 		}
-		cp := proto.Clone(n).(*onnxpb.NodeProto)
-		cp.Name = c.Prefix + "/" + n.GetName()
-		for i, v := range cp.Input {
+		cp := inlined(n, c.Prefix+"/"+n.GetName())
+		for i, v := range n.Input {
 			cp.Input[i] = rename(v)
 		}
-		for i, v := range cp.Output {
+		for i, v := range n.Output {
 			cp.Output[i] = rename(v)
 		}
 		b.graph.Node = append(b.graph.Node, cp)
 	}
 	return nil
+}
+
+// inlined is n renamed, with inputs and outputs to fill in. The attributes
+// are shared with n, never changed (a deep copy of every node was a fifth of
+// the stitched GLM-4.6's heap).
+func inlined(n *onnxpb.NodeProto, name string) *onnxpb.NodeProto {
+	cp := &onnxpb.NodeProto{Name: name, OpType: n.GetOpType(), Domain: n.GetDomain(), Overload: n.GetOverload(),
+		Attribute: n.GetAttribute(), DocString: n.GetDocString(), MetadataProps: n.GetMetadataProps(),
+		Input: make([]string, len(n.GetInput())), Output: make([]string, len(n.GetOutput()))}
+	if u := n.ProtoReflect().GetUnknown(); len(u) > 0 { // fields of a newer ONNX
+		cp.ProtoReflect().SetUnknown(slices.Clone(u))
+	}
+	return cp
 }
 
 // checkBound requires every formal input and output to be bound, and no

@@ -247,6 +247,9 @@ func Merge(specs []*Spec) (*Spec, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("no weight specs to merge")
 	}
+	if len(specs) == 1 && merged(specs[0]) {
+		return specs[0], nil // what merging it would give
+	}
 	out := *specs[0]
 	out.Files, out.Weights = nil, nil
 	files := map[string]int{}
@@ -281,6 +284,31 @@ func Merge(specs []*Spec) (*Spec, error) {
 	}
 	sort.Slice(out.Weights, func(i, j int) bool { return out.Weights[i].Name < out.Weights[j].Name })
 	return &out, nil
+}
+
+// merged reports whether s is already what Merge makes of it alone: files
+// of distinct paths, weights sorted by distinct names, naming files s has
+// (else Merge says which does not).
+func merged(s *Spec) bool {
+	paths := make(map[string]bool, len(s.Files))
+	for _, f := range s.Files {
+		if paths[f.Path] {
+			return false
+		}
+		paths[f.Path] = true
+	}
+	inFiles := func(i int) bool { return i >= 0 && i < len(s.Files) }
+	for i, w := range s.Weights {
+		if i > 0 && s.Weights[i-1].Name >= w.Name || w.Data != nil && !inFiles(w.Data.File) {
+			return false
+		}
+		for _, src := range w.Sources {
+			if !inFiles(src.File) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // remap rewrites a window's file indices into the merged file list.

@@ -42,3 +42,33 @@ func TestSpecMarshalOneEntryALine(t *testing.T) {
 		}
 	}
 }
+
+// Merging one spec gives what merging it with an empty one does: the fast
+// path for a spec already merged, the full one otherwise.
+func TestMergeOfOneSpec(t *testing.T) {
+	files := []File{{Path: "checkpoint/a.safetensors"}, {Path: "checkpoint/b.safetensors"}}
+	w := func(name string, file int) Weight {
+		return Weight{Name: name, DType: "float32", Sources: []Source{{Key: name, File: file}}}
+	}
+	spec := func(files []File, ws ...Weight) *Spec {
+		return &Spec{Format: SpecFormat, Version: SpecVersion, Mode: Reference, Files: files, Weights: ws}
+	}
+	for name, s := range map[string]*Spec{
+		"merged":        spec(files, w("a", 0), w("b", 1)),
+		"unsorted":      spec(files, w("b", 1), w("a", 0)),
+		"repeated name": spec(files, w("a", 0), w("a", 0)),
+		"repeated file": spec(append(files, files[0]), w("a", 2), w("b", 1)),
+		"no such file":  spec(files, w("a", 0), w("b", 2)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Merge([]*Spec{s})
+			want, werr := Merge([]*Spec{s, spec(nil)})
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("merging it alone: %v; with an empty spec: %v", err, werr)
+			}
+			if err == nil && !reflect.DeepEqual(got, want) {
+				t.Errorf("merged alone:\n%+v\nwith an empty spec:\n%+v", got, want)
+			}
+		})
+	}
+}
