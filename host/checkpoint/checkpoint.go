@@ -36,6 +36,7 @@ type Checkpoint struct {
 
 	tensors map[string]*Tensor
 	keys    []string
+	shards  map[string]int // Shards' index by name
 }
 
 // Open reads dir's config.json, index and shard headers.
@@ -309,6 +310,10 @@ func (c *Checkpoint) noWeightsError() error {
 }
 
 func (c *Checkpoint) add(sh Shard) error {
+	if c.shards == nil {
+		c.shards = map[string]int{}
+	}
+	c.shards[sh.Name] = len(c.Shards)
 	c.Shards = append(c.Shards, sh)
 	s := &c.Shards[len(c.Shards)-1]
 	for i := range s.Tensors {
@@ -356,13 +361,13 @@ func (c *Checkpoint) Tensor(key string) (*Tensor, bool) {
 func (c *Checkpoint) Keys() []string { return c.keys }
 
 // Shard looks a shard up by name.
+// (By index: a linear search per tensor was 4% of a GLM-4.6 export.)
 func (c *Checkpoint) Shard(name string) (*Shard, bool) {
-	for i := range c.Shards {
-		if c.Shards[i].Name == name {
-			return &c.Shards[i], true
-		}
+	i, ok := c.shards[name]
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return &c.Shards[i], true
 }
 
 // inFile names path in err, unless err already does (a NotRegularError).

@@ -21,6 +21,7 @@ import (
 	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/dtype"
@@ -357,7 +358,7 @@ func (e *exporter) checkpointName() string {
 func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
 	res := &Result{
 		ModelPath: e.out.path(ModelFile), SpecPath: e.out.path(SpecFile), ModelBytes: modelBytes,
-		Plan: e.parts.plan, Spec: spec, Parameters: parameters(e.ckpt, spec),
+		Plan: e.parts.plan, Spec: spec, Parameters: parameters(spec),
 	}
 	for _, s := range e.separate {
 		res.SeparateModels = append(res.SeparateModels, SeparateFile{Path: e.out.path(s.file), Bytes: len(s.data)})
@@ -542,16 +543,16 @@ func encode(m *onnxpb.ModelProto) ([]byte, error) {
 	return data, nil
 }
 
-// parameters counts the elements of every checkpoint tensor the graph reads.
-func parameters(ckpt *checkpoint.Checkpoint, spec *weights.Spec) int64 {
+// parameters counts the elements of every checkpoint tensor the graph
+// reads (each source records its tensor's shape).
+func parameters(spec *weights.Spec) int64 {
 	seen := map[string]bool{}
 	var n int64
 	for _, w := range spec.Weights {
 		for _, s := range w.Sources {
 			if !seen[s.Key] {
 				seen[s.Key] = true
-				t, _ := ckpt.Tensor(s.Key)
-				n += t.Elements()
+				n += transform.Type{Shape: s.Shape}.Elements()
 			}
 		}
 	}
