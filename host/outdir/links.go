@@ -27,16 +27,18 @@ func (d *Dir) Symlink(target, rel string) error {
 // manifest save, then renames them into place: linking a checkpoint's 144
 // shards saved the manifest 144 times. A link already in place is left.
 // An error is an *os.LinkError naming the link that failed; the links not
-// yet renamed are removed.
-func (d *Dir) Links(links []Link) (err error) {
+// yet renamed are removed. Each link's directory stays open until the
+// renames: a caller with thousands passes them in batches.
+func (d *Dir) Links(links []Link) error {
 	type made struct {
 		tempLink
 		rel string
 	}
 	var pending []made
+	renamed := 0
 	defer func() {
-		for _, m := range pending {
-			if err != nil {
+		for i, m := range pending {
+			if i >= renamed {
 				unix.Unlinkat(m.dirfd, m.tmp, 0)
 			}
 			d.closeParent(m.dirfd)
@@ -58,14 +60,13 @@ func (d *Dir) Links(links []Link) (err error) {
 	if err := d.Save(); err != nil {
 		return err
 	}
-	for i, m := range pending {
+	for _, m := range pending {
 		if err := unix.Renameat(m.dirfd, m.tmp, m.dirfd, m.base); err != nil {
-			pending = pending[i:]
 			return &os.LinkError{Op: "rename", Old: m.tmp, New: d.Join(m.rel), Err: err}
 		}
 		d.settle(m.rel, m.e)
+		renamed++
 	}
-	pending = nil
 	return nil
 }
 

@@ -98,7 +98,7 @@ type ShardLink struct {
 }
 
 // LinkShards is LinkShard for many shards: the hard links and symlinks are
-// made in one batch (outdir.Dir.Links: one manifest save, not one per
+// made in batches (outdir.Dir.Links: a manifest save per batch, not one per
 // shard), clones and copies one by one.
 func LinkShards(ctx context.Context, d *outdir.Dir, shards []ShardLink, meter *progress.Meter) error {
 	var batch []outdir.Link
@@ -114,9 +114,24 @@ func LinkShards(ctx context.Context, d *outdir.Dir, shards []ShardLink, meter *p
 			return fmt.Errorf("linking shard %s: %w", s.Source, err)
 		}
 	}
-	err := d.Links(batch)
+	for len(batch) > 0 {
+		n := min(len(batch), linkBatch)
+		if err := d.Links(batch[:n]); err != nil {
+			return explainLink(d, shards, err)
+		}
+		batch = batch[n:]
+	}
+	return nil
+}
+
+// linkBatch bounds the directories a batch of links holds open.
+const linkBatch = 256
+
+// explainLink names the shard whose link failed, and says why for a hard
+// link.
+func explainLink(d *outdir.Dir, shards []ShardLink, err error) error {
 	var lerr *os.LinkError
-	if err == nil || !errors.As(err, &lerr) {
+	if !errors.As(err, &lerr) {
 		return err
 	}
 	for _, s := range shards {
