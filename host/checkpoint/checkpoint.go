@@ -266,6 +266,7 @@ func readWeightMap(data []byte) (map[string]string, error) {
 		return nil, fmt.Errorf("\"weight_map\" is %s, not an object", wm.Type())
 	}
 	out := make(map[string]string, obj.Len())
+	files := map[string]string{} // each shard's name once, not once per tensor
 	obj.Visit(func(k []byte, v *fastjson.Value) {
 		if err != nil {
 			return
@@ -275,7 +276,12 @@ func readWeightMap(data []byte) (map[string]string, error) {
 			err = fmt.Errorf("\"weight_map\": tensor %s: the shard is %s, not a file name", k, v.Type())
 			return
 		}
-		out[string(k)] = string(file)
+		name, ok := files[string(file)]
+		if !ok {
+			name = string(file)
+			files[name] = name
+		}
+		out[string(k)] = name
 	})
 	return out, err
 }
