@@ -300,3 +300,39 @@ func TestLoadedOncePerModelAndOptions(t *testing.T) {
 		}
 	}
 }
+
+// A half-precision table exported in float32 is gathered as stored and the
+// rows cast; tied to the head, in float32 already or for float16 compute,
+// the table is bound in the compute dtype and gathered as it is.
+func TestEmbedGathersHalfPrecisionTablesAsStored(t *testing.T) {
+	for _, tc := range []struct {
+		name, stored, compute string
+		tied                  bool
+		wantDtype             string
+	}{
+		{"bf16 table, float32", "BF16", "float32", false, "bfloat16"},
+		{"f16 table, float32", "F16", "float32", false, "float16"},
+		{"bf16 table tied to the head", "BF16", "float32", true, ""},
+		{"f32 table", "F32", "float32", false, ""},
+		{"bf16 table, float16 compute", "BF16", "float16", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := plugintest.Edited(t, toy, base, func(c map[string]any) { c["tie_word_embeddings"] = tc.tied }, tc.stored)
+			resp, err := toy.Build(context.Background(), &pb.BuildRequest{Model: m, Part: sdk.PartEmbed, Options: &pb.ExportOptions{ComputeDtype: tc.compute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := resp.GetWeights()[0].GetBindings()[0]
+			if b.GetDtype() != tc.wantDtype {
+				t.Errorf("the table is bound in %q, want %q", b.GetDtype(), tc.wantDtype)
+			}
+			var ops []string
+			for _, n := range resp.GetFunction().GetNode() {
+				ops = append(ops, n.GetOpType())
+			}
+			if casts := slices.Contains(ops, "Cast"); casts != (tc.wantDtype != "") {
+				t.Errorf("embedding ops %v: a Cast of the rows is %v, want %v", ops, casts, tc.wantDtype != "")
+			}
+		})
+	}
+}
