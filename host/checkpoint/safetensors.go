@@ -192,7 +192,7 @@ func entryFields(v *fastjson.Value) (t Tensor, offsets [2]int64, err error) {
 		case "dtype":
 			var s []byte
 			s, field = v.StringBytes()
-			t.DType = string(s)
+			t.DType = dtypeName(s)
 		case "shape":
 			t.Shape, field = int64s(v, -1)
 		case "data_offsets":
@@ -258,4 +258,24 @@ func checkOverlaps(ts []Tensor) error {
 		}
 	}
 	return nil
+}
+
+// dtypeName is the dtype s names, held once for the common ones rather
+// than once per tensor.
+func dtypeName(s []byte) string {
+	switch string(s) {
+	case "BF16":
+		return "BF16"
+	case "F32":
+		return "F32"
+	case "F16":
+		return "F16"
+	case "U8":
+		return "U8"
+	case "F8_E4M3":
+		return "F8_E4M3"
+	case "I64":
+		return "I64"
+	}
+	return string(s)
 }

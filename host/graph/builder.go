@@ -160,8 +160,8 @@ func (b *Builder) ReferencedEncoded(raw []byte) []byte {
 
 // EncodedReferenced calls fn with the name and encoding of each initializer
 // the model (as Model returned it) holds encoded, in order, then lets the
-// encodings go from the model.
-func EncodedReferenced(m *onnxpb.ModelProto, fn func(name string, raw []byte) error) error {
+// encodings go from the model. name is a slice of raw, valid during the call.
+func EncodedReferenced(m *onnxpb.ModelProto, fn func(name, raw []byte) error) error {
 	g := m.GetGraph()
 	if g == nil {
 		return nil
@@ -190,27 +190,27 @@ func EncodedReferenced(m *onnxpb.ModelProto, fn func(name string, raw []byte) er
 }
 
 // tensorName reads TensorProto.name (field 8) from an encoded tensor.
-func tensorName(raw []byte) (string, error) {
+func tensorName(raw []byte) ([]byte, error) {
 	for len(raw) > 0 {
 		num, typ, n := protowire.ConsumeTag(raw)
 		if n < 0 {
-			return "", fmt.Errorf("a malformed encoded initializer")
+			return nil, fmt.Errorf("a malformed encoded initializer")
 		}
 		raw = raw[n:]
 		if num == 8 && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(raw)
 			if m < 0 {
-				return "", fmt.Errorf("a malformed encoded initializer")
+				return nil, fmt.Errorf("a malformed encoded initializer")
 			}
-			return string(v), nil
+			return v, nil
 		}
 		m := protowire.ConsumeFieldValue(num, typ, raw)
 		if m < 0 {
-			return "", fmt.Errorf("a malformed encoded initializer")
+			return nil, fmt.Errorf("a malformed encoded initializer")
 		}
 		raw = raw[m:]
 	}
-	return "", fmt.Errorf("an encoded initializer without a name")
+	return nil, fmt.Errorf("an encoded initializer without a name")
 }
 
 // Unreference takes back the initializer the last Referenced added (its

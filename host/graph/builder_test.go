@@ -96,12 +96,12 @@ func TestEncodedReferencedGivesTheInitializersBack(t *testing.T) {
 	}
 	m := b.Model(Metadata{})
 	var got []string
-	err := EncodedReferenced(m, func(name string, raw []byte) error {
+	err := EncodedReferenced(m, func(name, raw []byte) error {
 		var tp onnxpb.TensorProto
-		if err := proto.Unmarshal(raw, &tp); err != nil || tp.GetName() != name {
+		if err := proto.Unmarshal(raw, &tp); err != nil || tp.GetName() != string(name) {
 			t.Errorf("initializer %s: encoding decodes to %q (%v)", name, tp.GetName(), err)
 		}
-		got = append(got, name)
+		got = append(got, string(name))
 		return nil
 	})
 	if err != nil || strconv.Quote(strings.Join(got, ",")) != strconv.Quote(strings.Join(names, ",")) {
@@ -113,7 +113,7 @@ func TestEncodedReferencedGivesTheInitializersBack(t *testing.T) {
 	for _, bad := range [][]byte{{0x08, 0x01}, {0x2a, 0x05, 0x01}, {0x2a, 0x02, 0x10, 0x01}} {
 		m := &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{}}
 		m.Graph.ProtoReflect().SetUnknown(bad)
-		if err := EncodedReferenced(m, func(string, []byte) error { return nil }); err == nil {
+		if err := EncodedReferenced(m, func(_, _ []byte) error { return nil }); err == nil {
 			t.Errorf("unknown fields %x accepted", bad)
 		}
 	}

@@ -71,6 +71,7 @@ type Stitcher struct {
 	// by name: their encodings in the stitched model (graph.Builder keeps
 	// them encoded), which a later window's must equal.
 	referenced map[string][]byte
+	names      func([]byte) string // the string to key a name by
 	// From the windows' models: the first's producer, their metadata, specs.
 	producer, producerVersion string
 	props                     map[string]string
@@ -81,7 +82,8 @@ type Stitcher struct {
 // NewStitcher starts a stitched model with the whole model's io.
 func NewStitcher(io IO) *Stitcher {
 	s := &Stitcher{io: io, produced: map[string]*onnxpb.NodeProto{}, inputs: map[string]*onnxpb.ValueInfoProto{},
-		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string][]byte{}, props: map[string]string{}}
+		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string][]byte{}, props: map[string]string{},
+		names: func(b []byte) string { return string(b) }}
 	for _, v := range io.Inputs {
 		s.inputs[v.Name] = v.Info()
 	}
@@ -237,13 +239,18 @@ func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
 
 // addEncoded is addReferenced for an initializer a window built in this
 // process holds encoded (graph.Builder.Referenced): no TensorProto at all.
-func (s *Stitcher) addEncoded(name string, raw []byte) error {
-	if prev, seen := s.referenced[name]; seen {
-		return sameReferenced(name, prev, raw)
+func (s *Stitcher) addEncoded(name, raw []byte) error {
+	if prev, seen := s.referenced[string(name)]; seen {
+		return sameReferenced(string(name), prev, raw)
 	}
-	s.referenced[name] = s.b.ReferencedEncoded(raw)
+	s.referenced[s.names(name)] = s.b.ReferencedEncoded(raw)
 	return nil
 }
+
+// InternNames makes the stitcher key the initializers it keeps by the
+// strings names returns (e.g. the checkpoint's own keys) instead of a copy
+// of each name: 2.5 MB of GLM-4.6's heap.
+func (s *Stitcher) InternNames(names func([]byte) string) { s.names = names }
 
 func sameReferenced(name string, prev, raw []byte) error {
 	if !bytes.Equal(prev, raw) {
