@@ -236,11 +236,11 @@ func (e *exporter) whole() (*Result, error) {
 	}
 	e.releaseParts()
 	spec := e.spec(a.table)
-	m, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
 	if err != nil {
 		return nil, err
 	}
-	n, err := e.commit(m, spec, a.table)
+	n, err := e.commit(m, held, spec, a.table)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (e *exporter) releaseParts() {
 // commit encodes and writes the finished model (and, materialising, the
 // whole model's weights; with --weight-spec qaic, that spec) unless the
 // export was interrupted. It returns the model's size.
-func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.Table) (int, error) {
+func (e *exporter) commit(m *onnxpb.ModelProto, held [][]byte, spec *weights.Spec, t *weights.Table) (int, error) {
 	extra := map[string][]byte{}
 	if e.opts.WeightSpec == weights.QAICSpec {
 		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.Path())
@@ -307,7 +307,7 @@ func (e *exporter) commit(m *onnxpb.ModelProto, spec *weights.Spec, t *weights.T
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return e.out.write(e.ctx, e.ckpt, spec, specFile, m, t, extra)
+	return e.out.write(e.ctx, e.ckpt, spec, specFile, m, held, t, extra)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).
@@ -501,7 +501,8 @@ func layersOf(plan *pb.PlanResponse, kind string) []int32 {
 
 // buildModel finishes the model with its provenance and the weight spec in
 // the metadata; a window's span is recorded too (nil for a whole model).
-func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, error) {
+// Its checkpoint tensors' initializers are apart (graph.Builder.ModelHeld).
+func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, [][]byte, error) {
 	props := map[string]string{
 		"strata.version":        version,
 		"strata.plugin":         p.Desc.GetName(),
@@ -510,14 +511,15 @@ func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version
 	if spec != nil { // else commit records a reference to weight_spec.json
 		compact, err := spec.Compact()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		props["strata.model_type"], props["strata.compute_dtype"], props[weights.MetadataKey] = spec.ModelType, spec.ComputeDType, compact
 	}
 	if span != nil {
 		props[window.MetadataKey] = span.String()
 	}
-	return b.Model(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props}), nil
+	m, held := b.ModelHeld(graph.Metadata{ProducerName: "strata", ProducerVersion: version, Props: props})
+	return m, held, nil
 }
 
 // setMetadata sets (or adds) a metadata entry of m.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
@@ -58,11 +59,11 @@ func (e *exporter) layerwise() (*Result, error) {
 		return nil, err
 	}
 	e.releaseParts()
-	model, spec, err := st.Finish()
+	model, held, spec, err := st.FinishHeld()
 	if err != nil {
 		return nil, fmt.Errorf("stitching windows: %w", err)
 	}
-	size, err := e.commit(model, spec, nil) // windows wrote their weights
+	size, err := e.commit(model, held, spec, nil) // windows wrote their weights
 	if err != nil {
 		return nil, err
 	}
@@ -207,10 +208,11 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 		return builtWindow{err: err}
 	}
 	spec := e.spec(a.table)
-	model, err := buildModel(a.b, spec, e.plugin, e.opts.Version, &s)
+	model, held, err := buildModel(a.b, spec, e.plugin, e.opts.Version, &s)
 	if err != nil {
 		return builtWindow{err: err}
 	}
+	graph.Hold(model, held) // encoded as one, and the stitcher reads it so
 	data, err := encode(model)
 	if err != nil {
 		return builtWindow{err: err}

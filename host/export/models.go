@@ -92,10 +92,11 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 		return separateModel{}, err
 	}
 	ws := e.spec(table)
-	m, err := buildModel(b, ws, e.plugin, e.opts.Version, nil)
+	m, held, err := buildModel(b, ws, e.plugin, e.opts.Version, nil)
 	if err != nil {
 		return separateModel{}, err
 	}
+	graph.Hold(m, held)
 	data, err := encode(m)
 	if err != nil {
 		return separateModel{}, err

@@ -16,11 +16,15 @@ const modelGraphField = 7
 // WriteModel writes m's deterministic encoding, the bytes proto.Marshal
 // gives (TestWriteModelIsMarshal), without building them in one buffer:
 // the graph's encoded initializers (Builder.Referenced, the graph's
-// unknown fields) are written as they are held. For GLM-4.6 that buffer
-// was 12 MB, allocated when the heap is fullest.
-func WriteModel(w io.Writer, m *onnxpb.ModelProto) (int64, error) {
+// unknown fields) are written as they are held, then those held apart
+// (Builder.ModelHeld), as if they ended the graph's unknown fields. For
+// GLM-4.6 that buffer was 12 MB, allocated when the heap is fullest.
+func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
 	g := m.GetGraph()
+	if g == nil && len(apart) > 0 {
+		return 0, fmt.Errorf("encoding the model: initializers held apart from a model without a graph")
+	}
 	if g == nil {
 		data, err := opts.Marshal(m)
 		if err != nil {
@@ -51,9 +55,14 @@ func WriteModel(w io.Writer, m *onnxpb.ModelProto) (int64, error) {
 	}
 	var header []byte
 	header = protowire.AppendTag(header, modelGraphField, protowire.BytesType)
-	header = protowire.AppendVarint(header, uint64(len(known)+len(held)))
+	size := len(known) + len(held)
+	for _, c := range apart {
+		size += len(c)
+	}
+	header = protowire.AppendVarint(header, uint64(size))
+	parts := append([][]byte{outer[:at], header, known, held}, apart...)
 	var total int64
-	for _, part := range [][]byte{outer[:at], header, known, held, outer[at+2:]} {
+	for _, part := range append(parts, outer[at+2:]) {
 		n, err := w.Write(part)
 		total += int64(n)
 		if err != nil {

@@ -116,11 +116,22 @@ func (s *Stitcher) Add(w Model) error {
 // Finish checks the windows covered every layer and returns the stitched
 // model and the merged weight spec.
 func (s *Stitcher) Finish() (*onnxpb.ModelProto, *weights.Spec, error) {
+	m, held, spec, err := s.FinishHeld()
+	if err != nil {
+		return nil, nil, err
+	}
+	graph.Hold(m, held)
+	return m, spec, nil
+}
+
+// FinishHeld is Finish with the checkpoint tensors' initializers apart from
+// the model, as graph.Builder.ModelHeld gives them (for graph.WriteModel).
+func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, error) {
 	switch {
 	case s.last == nil:
-		return nil, nil, fmt.Errorf("no windows to stitch")
+		return nil, nil, nil, fmt.Errorf("no windows to stitch")
 	case s.last.Last != s.last.Count-1:
-		return nil, nil, fmt.Errorf("windows end at layer %d of %d", s.last.Last, s.last.Count)
+		return nil, nil, nil, fmt.Errorf("windows end at layer %d of %d", s.last.Last, s.last.Count)
 	}
 	for _, v := range s.io.Inputs {
 		s.b.InputInfo(v.Info())
@@ -130,12 +141,12 @@ func (s *Stitcher) Finish() (*onnxpb.ModelProto, *weights.Spec, error) {
 	}
 	spec, err := weights.Merge(s.specs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// No spec in the metadata: the caller writes it beside the model and
 	// records where (a 9 MB value encoded only to be replaced).
-	model := s.b.Model(graph.Metadata{ProducerName: s.producer, ProducerVersion: s.producerVersion, Props: s.props})
-	return model, spec, nil
+	model, held := s.b.ModelHeld(graph.Metadata{ProducerName: s.producer, ProducerVersion: s.producerVersion, Props: s.props})
+	return model, held, spec, nil
 }
 
 // keepMetadata takes the window's spec (as built, or parsed from its
