@@ -133,7 +133,7 @@ func (s *Spec) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, err
 	}
 	cw.Write([]byte(",\n  \"weights\": "))
-	if err := writeLines(cw, s.Weights); err != nil {
+	if err := writeWeights(cw, s.Weights); err != nil {
 		return cw.n, err
 	}
 	cw.Write([]byte("\n}\n"))
@@ -172,6 +172,28 @@ func (s *Spec) sizeHint() int {
 	return n
 }
 
+// writeWeights is writeLines for weights, encoded by hand (appendWeight).
+func writeWeights(w *countingWriter, list []Weight) error {
+	if len(list) == 0 {
+		return writeLines(w, list)
+	}
+	w.Write([]byte("["))
+	line := make([]byte, 0, 4096)
+	for i := range list {
+		line = line[:0]
+		if i > 0 {
+			line = append(line, ',')
+		}
+		line = append(line, "\n    "...)
+		line = appendWeight(line, &list[i])
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+	}
+	w.Write([]byte("\n  ]"))
+	return w.err
+}
+
 // writeLines writes list as a JSON array with one element a line.
 func writeLines[T any](w *countingWriter, list []T) error {
 	if len(list) == 0 {
@@ -201,11 +223,28 @@ func writeLines[T any](w *countingWriter, list []T) error {
 
 // Compact renders the spec as one line, for model metadata.
 func (s *Spec) Compact() (string, error) {
-	data, err := json.Marshal(s)
+	head := *s
+	head.Weights = nil
+	data, err := json.Marshal(head)
 	if err != nil {
 		return "", fmt.Errorf("encoding weight spec: %w", err)
 	}
-	return string(data), nil
+	if s.Weights == nil {
+		return string(data), nil
+	}
+	// The weights, encoded by hand (appendWeight), replace head's null.
+	null := []byte(`"weights":null}`)
+	if !bytes.HasSuffix(data, null) {
+		return "", fmt.Errorf("encoding weight spec: weights are not its last field")
+	}
+	b := append(data[:len(data)-len(null)], `"weights":[`...)
+	for i := range s.Weights {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendWeight(b, &s.Weights[i])
+	}
+	return string(append(b, "]}"...)), nil
 }
 
 // SpecReference is what model.onnx's metadata holds under MetadataKey instead
