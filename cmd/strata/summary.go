@@ -172,7 +172,11 @@ func (s *exportSummary) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %s (%s%s)\n", f.Path, human(f.Bytes, "B"), extra)
 	}
-	if s.Windows != nil {
+	switch {
+	case s.Windows == nil:
+	case !s.Windows.KeptFiles && s.Weights == weights.Reference:
+		fmt.Fprintf(w, "  %s built and stitched in memory (--keep-windows also writes them; re-runs then skip unchanged ones)\n", plural(s.Windows.Count, "window"))
+	default:
 		fmt.Fprintf(w, "  %s stitched: %d written, %d unchanged since the last run (kept)", plural(s.Windows.Count, "window"), len(s.Windows.Written), len(s.Windows.Kept))
 		if !s.Windows.KeptFiles {
 			fmt.Fprint(w, "; window files removed (--keep-windows keeps them)")

@@ -37,8 +37,10 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err := e.out.removeModel(); err != nil {
 		return nil, err
 	}
-	if err := e.out.MkdirAll(window.Dir); err != nil {
-		return nil, err
+	if e.writesWindows() {
+		if err := e.out.MkdirAll(window.Dir); err != nil {
+			return nil, err
+		}
 	}
 	io, err := window.ModelIO{Plan: e.parts.plan, Compute: e.compute,
 		Serving: window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}}.Of(window.Whole(int(spans[0].Count)))
@@ -189,13 +191,25 @@ func (e *exporter) stitchWindow(st *window.Stitcher, s window.Span, w builtWindo
 	return nil
 }
 
+// writesWindows reports whether the windows are written as files: kept, or
+// with materialised weights (costly to redo after an interruption). Else
+// they are only stitched: a window of referenced weights is rebuilt in
+// about a millisecond, less than writing, hashing and checking its file.
+func (e *exporter) writesWindows() bool {
+	return e.opts.KeepWindows || e.opts.Weights == weights.Materialize
+}
+
 // exportWindow writes one window's model and records it in the manifest,
-// unless the manifest shows the same inputs produced the file that is there.
+// unless the manifest shows the same inputs produced the file that is there
+// (or, windows not written, only builds it).
 func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 	if err := e.ctx.Err(); err != nil {
 		return builtWindow{err: err}
 	}
 	defer e.releaseBindings(s)
+	if !e.writesWindows() {
+		return e.buildWindow(s)
+	}
 	inputs, err := e.windowInputs(s)
 	if err != nil {
 		return builtWindow{err: err}
@@ -240,6 +254,21 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 		return builtWindow{err: err}
 	}
 	return builtWindow{model: model, spec: spec}
+}
+
+// buildWindow builds window s for the stitcher alone: no file, so no spec
+// in its metadata and no hash of its inputs.
+func (e *exporter) buildWindow(s window.Span) builtWindow {
+	a, err := e.assemble(s, windowDataFile(s))
+	if err != nil {
+		return builtWindow{err: err}
+	}
+	model, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, &s)
+	if err != nil {
+		return builtWindow{err: err}
+	}
+	graph.Hold(model, held)
+	return builtWindow{model: model, spec: e.spec(a.table)}
 }
 
 // releaseBindings lets go of the weight bindings of the window's layers

@@ -86,17 +86,24 @@ func TestStitchedIsTheWholeExport(t *testing.T) {
 					export(t, ckpt, out, Options{Subfunctions: sub})
 					return out
 				}())
-				for _, size := range tc.sizes {
-					out := filepath.Join(t.TempDir(), "layerwise")
-					export(t, ckpt, out, Options{Subfunctions: sub, Layerwise: true, WindowSize: size})
-					got := outputs(t, out)
-					for _, f := range []string{ModelFile, SpecFile} {
-						if !bytes.Equal(got[f], whole[f]) {
-							t.Errorf("window size %d: stitched %s differs from the whole export's", size, f)
+				// Kept, the windows are written and stitched as built;
+				// else only built.
+				for _, keep := range []bool{false, true} {
+					for _, size := range tc.sizes {
+						out := filepath.Join(t.TempDir(), "layerwise")
+						export(t, ckpt, out, Options{Subfunctions: sub, Layerwise: true, WindowSize: size, KeepWindows: keep})
+						got := outputs(t, out)
+						for _, f := range []string{ModelFile, SpecFile} {
+							if !bytes.Equal(got[f], whole[f]) {
+								t.Errorf("window size %d, kept %v: stitched %s differs from the whole export's", size, keep, f)
+							}
 						}
-					}
-					if len(got) != 2 {
-						t.Errorf("window size %d: windows left without --keep-windows: %d files", size, len(got))
+						if _, err := os.Stat(filepath.Join(out, window.Dir)); (err == nil) != keep {
+							t.Errorf("window size %d, kept %v: windows/ there: %v", size, keep, err == nil)
+						}
+						if !keep && len(got) != 2 {
+							t.Errorf("window size %d: files besides the model and spec without --keep-windows: %d files", size, len(got))
+						}
 					}
 				}
 			})

@@ -36,8 +36,9 @@ func Boundary(last int32) string { return LayerPrefix(last) + "/" + sdk.HiddenSt
 type Model struct {
 	Span  Span
 	Proto *onnxpb.ModelProto
-	// Spec, when set, is the weight spec the model's metadata holds, as
-	// built: a window written by this run is not parsed back from JSON.
+	// Spec, when set, is the window's weight spec as built (its metadata
+	// need not hold it): a window built by this run is not parsed back
+	// from JSON.
 	Spec *weights.Spec
 }
 
@@ -152,18 +153,20 @@ func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, er
 // keepMetadata takes the window's spec (as built, or parsed from its
 // metadata) and checks its other metadata agrees with the earlier windows'.
 func (s *Stitcher) keepMetadata(w Model) error {
+	if w.Spec != nil {
+		s.specs = append(s.specs, w.Spec)
+	}
 	for _, p := range w.Proto.GetMetadataProps() {
 		switch p.GetKey() {
 		case MetadataKey:
 		case weights.MetadataKey:
-			spec := w.Spec
-			if spec == nil {
-				var err error
-				if spec, err = weights.ParseSpec([]byte(p.GetValue())); err != nil {
+			if w.Spec == nil {
+				spec, err := weights.ParseSpec([]byte(p.GetValue()))
+				if err != nil {
 					return err
 				}
+				s.specs = append(s.specs, spec)
 			}
-			s.specs = append(s.specs, spec)
 		default:
 			if prev, ok := s.props[p.GetKey()]; ok && prev != p.GetValue() {
 				return fmt.Errorf("windows disagree on %s (%q, %q): they come from different exports", p.GetKey(), prev, p.GetValue())
