@@ -208,7 +208,8 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 	}
 	defer e.releaseBindings(s)
 	if !e.writesWindows() {
-		return e.buildWindow(s)
+		_, w := e.buildWindow(s, false)
+		return w
 	}
 	inputs, err := e.windowInputs(s)
 	if err != nil {
@@ -217,17 +218,11 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 	if log.unchanged(s, inputs) {
 		return builtWindow{}
 	}
-	a, err := e.assemble(s, windowDataFile(s))
-	if err != nil {
-		return builtWindow{err: err}
+	a, w := e.buildWindow(s, true)
+	if w.err != nil {
+		return w
 	}
-	spec := e.spec(a.table)
-	model, held, err := buildModel(a.b, spec, e.plugin, e.opts.Version, &s)
-	if err != nil {
-		return builtWindow{err: err}
-	}
-	graph.Hold(model, held) // encoded as one, and the stitcher reads it so
-	data, err := encode(model)
+	data, err := encode(w.model)
 	if err != nil {
 		return builtWindow{err: err}
 	}
@@ -253,22 +248,28 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 	if err := log.record(entry); err != nil {
 		return builtWindow{err: err}
 	}
-	return builtWindow{model: model, spec: spec}
+	return w
 }
 
-// buildWindow builds window s for the stitcher alone: no file, so no spec
-// in its metadata and no hash of its inputs.
-func (e *exporter) buildWindow(s window.Span) builtWindow {
+// buildWindow assembles window s into a model whose initializers are held
+// encoded in its graph (as the stitcher reads them); for a file, its
+// metadata holds its spec too.
+func (e *exporter) buildWindow(s window.Span, forFile bool) (*assembler, builtWindow) {
 	a, err := e.assemble(s, windowDataFile(s))
 	if err != nil {
-		return builtWindow{err: err}
+		return nil, builtWindow{err: err}
 	}
-	model, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, &s)
+	spec := e.spec(a.table)
+	var inMetadata *weights.Spec
+	if forFile {
+		inMetadata = spec
+	}
+	model, held, err := buildModel(a.b, inMetadata, e.plugin, e.opts.Version, &s)
 	if err != nil {
-		return builtWindow{err: err}
+		return nil, builtWindow{err: err}
 	}
 	graph.Hold(model, held)
-	return builtWindow{model: model, spec: e.spec(a.table)}
+	return a, builtWindow{model: model, spec: spec}
 }
 
 // releaseBindings lets go of the weight bindings of the window's layers

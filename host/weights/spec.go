@@ -129,11 +129,11 @@ func (s *Spec) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
 	cw.Write(data[:len(data)-len(nulls)])
 	cw.Write([]byte(",\n  \"files\": "))
-	if err := writeLines(cw, s.Files); err != nil {
+	if err := writeLines(cw, s.Files, appendJSON[File]); err != nil {
 		return cw.n, err
 	}
 	cw.Write([]byte(",\n  \"weights\": "))
-	if err := writeWeights(cw, s.Weights); err != nil {
+	if err := writeLines(cw, s.Weights, appendWeightLine); err != nil {
 		return cw.n, err
 	}
 	cw.Write([]byte("\n}\n"))
@@ -172,10 +172,12 @@ func (s *Spec) sizeHint() int {
 	return n
 }
 
-// writeWeights is writeLines for weights, encoded by hand (appendWeight).
-func writeWeights(w *countingWriter, list []Weight) error {
+// writeLines writes list as a JSON array with one element a line, each
+// encoded by appendOne.
+func writeLines[T any](w *countingWriter, list []T, appendOne func([]byte, *T) ([]byte, error)) error {
 	if len(list) == 0 {
-		return writeLines(w, list)
+		w.Write([]byte("[]"))
+		return w.err
 	}
 	w.Write([]byte("["))
 	line := make([]byte, 0, 4096)
@@ -184,8 +186,10 @@ func writeWeights(w *countingWriter, list []Weight) error {
 		if i > 0 {
 			line = append(line, ',')
 		}
-		line = append(line, "\n    "...)
-		line = appendWeight(line, &list[i])
+		var err error
+		if line, err = appendOne(append(line, "\n    "...), &list[i]); err != nil {
+			return fmt.Errorf("encoding weight spec: %w", err)
+		}
 		if _, err := w.Write(line); err != nil {
 			return err
 		}
@@ -194,32 +198,14 @@ func writeWeights(w *countingWriter, list []Weight) error {
 	return w.err
 }
 
-// writeLines writes list as a JSON array with one element a line.
-func writeLines[T any](w *countingWriter, list []T) error {
-	if len(list) == 0 {
-		w.Write([]byte("[]"))
-		return w.err
-	}
-	w.Write([]byte("["))
-	var line bytes.Buffer
-	enc := json.NewEncoder(&line)
-	for i, v := range list {
-		line.Reset()
-		if i > 0 {
-			line.WriteByte(',')
-		}
-		line.WriteString("\n    ")
-		if err := enc.Encode(v); err != nil {
-			return fmt.Errorf("encoding weight spec: %w", err)
-		}
-		line.Truncate(line.Len() - 1) // Encode's newline
-		if _, err := w.Write(line.Bytes()); err != nil {
-			return err
-		}
-	}
-	w.Write([]byte("\n  ]"))
-	return w.err
+// appendJSON is json.Marshal's encoding of v, appended.
+func appendJSON[T any](b []byte, v *T) ([]byte, error) {
+	data, err := json.Marshal(v)
+	return append(b, data...), err
 }
+
+// appendWeightLine is appendWeight as writeLines calls it.
+func appendWeightLine(b []byte, w *Weight) ([]byte, error) { return appendWeight(b, w), nil }
 
 // Compact renders the spec as one line, for model metadata.
 func (s *Spec) Compact() (string, error) {
