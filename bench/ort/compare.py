@@ -3,10 +3,12 @@
 as ONNX Runtime users meet them (issue 17).
 
 For a random LlamaForCausalLM saved in float32 and in bfloat16, it measures
-each tool's export (wall, CPU, peak RSS, bytes written) and each export's
+three exports: strata's default (layer bodies inlined), strata's with
+--subfunctions (each decoder layer a local function) and the builder's. For
+each: the export (wall, CPU, peak RSS, bytes written), the
 onnxruntime.InferenceSession creation (default options, a fresh process per
-run: wall and peak RSS), and checks one prefill's last-token logits of both
-against transformers'. Every measured process runs under GNU time (the
+run: wall and peak RSS), and one prefill's last-token logits against
+transformers'. Every measured process runs under GNU time (the
 torch bench's run_measured), so this process's memory never enters a figure.
 
 The same file is the child for the steps that need torch:
@@ -30,6 +32,10 @@ import compare as torchbench  # noqa: E402  (run_measured, build_checkpoint)
 
 PROMPT = [1, 306, 4658, 278, 6593, 310, 2834, 338, 29871, 29946, 29906, 29889]
 LOAD = "import sys, onnxruntime as o; o.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
+# The exports compared, in table order: key, label, and whether it is strata's
+# (its IO, its feeds) with the export flags it adds.
+TOOLS = (("strata", "strata export", []), ("strata_subfunctions", "strata export --subfunctions", ["--subfunctions"]),
+         ("builder", "ONNX Runtime GenAI builder", None))
 
 
 def parse_args(argv):
@@ -61,7 +67,7 @@ def child(argv):
         write_tokenizer(model_dir, spec["vocab"])
         print(json.dumps(report))
     elif step == "logits":
-        print(json.dumps(logits_report(Path(rest[0]), Path(rest[1]), Path(rest[2]))))
+        print(json.dumps(logits_report(Path(rest[0]), json.loads(rest[1]))))
     return 0
 
 
@@ -77,7 +83,9 @@ def write_tokenizer(model_dir: Path, vocab: int) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", bos_token="w1", eos_token="w2").save_pretrained(model_dir)
 
 
-def logits_report(model_dir: Path, strata_model: Path, builder_model: Path) -> dict:
+def logits_report(model_dir: Path, models: dict) -> dict:
+    """Each export's last-token logits against transformers': models maps a
+    TOOLS key to its model.onnx."""
     import numpy as np
     import onnxruntime as ort
     import torch
@@ -120,10 +128,11 @@ def logits_report(model_dir: Path, strata_model: Path, builder_model: Path) -> d
                 feeds[i.name] = np.zeros([1, i.shape[1], 0, head_dim], np.float32)
         return feeds
 
-    scale = float(np.abs(ref).max())
-    s, _ = run(strata_model, strata_feeds)
-    b, _ = run(builder_model, builder_feeds)
-    return {"scale": scale, "strata_max_abs_diff": float(np.abs(s - ref).max()), "builder_max_abs_diff": float(np.abs(b - ref).max())}
+    report = {"scale": float(np.abs(ref).max())}
+    for key, path in models.items():
+        got, _ = run(Path(path), builder_feeds if key == "builder" else strata_feeds)
+        report[key + "_max_abs_diff"] = float(np.abs(got - ref).max())
+    return report
 
 
 # -------------------------------------------------------------------- parent
@@ -152,12 +161,13 @@ def one_dtype(args, dtype: str, work: Path) -> dict:
         raise SystemExit(f"building the {dtype} checkpoint failed:\n{built.stderr[-3000:]}")
     params = json.loads(built.stdout.strip().splitlines()[-1])["parameters"]
     row = {"dtype": dtype, "parameters": params, "checkpoint_bytes": sum(f.stat().st_size for f in ckpt.iterdir() if f.is_file())}
-    outs = {"strata": work / f"strata-{dtype}", "builder": work / f"builder-{dtype}"}
-    exports = {"strata": [], "builder": []}
+    outs = {tool: work / f"{tool}-{dtype}" for tool, _, _ in TOOLS}
+    flags = {tool: f for tool, _, f in TOOLS}
+    exports = {tool: [] for tool in outs}
     for i in range(args.runs):
         for tool, out in outs.items():
             subprocess.run(["rm", "-rf", str(out)], check=True)
-            cmd = ([args.strata, "-q", "export", ckpt, "--out", out] if tool == "strata" else
+            cmd = ([args.strata, "-q", "export", ckpt, "--out", out, *flags[tool]] if flags[tool] is not None else
                    [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", ckpt, "-o", out, "-p", "fp32", "-e", "cpu",
                     "-c", work / "hf-cache"])
             m = measured(cmd, work, f"export-{tool}-{dtype}-{i}", args.timeout)
@@ -165,7 +175,7 @@ def one_dtype(args, dtype: str, work: Path) -> dict:
                 raise SystemExit(f"{tool} export of the {dtype} checkpoint failed: see {work}/export-{tool}-{dtype}-{i}.log")
             m["written"] = dir_bytes(out)
             exports[tool].append(m)
-    sessions = {"strata": [], "builder": []}
+    sessions = {tool: [] for tool in outs}
     for i in range(args.runs):
         for tool, out in outs.items():
             sessions[tool].append(measured([sys.executable, "-c", LOAD, out / "model.onnx"], work, f"load-{tool}-{dtype}-{i}", args.timeout))
@@ -175,8 +185,8 @@ def one_dtype(args, dtype: str, work: Path) -> dict:
             "export_peak_rss_bytes": max(r["peak_rss_bytes"] for r in exports[tool]), "written_bytes": exports[tool][-1]["written"],
             "session_s": median_of(sessions[tool], "wall_s"), "session_peak_rss_bytes": statistics.median(r["peak_rss_bytes"] for r in sessions[tool]),
         }
-    got = subprocess.run([sys.executable, __file__, "_child", "logits", str(ckpt), str(outs["strata"] / "model.onnx"), str(outs["builder"] / "model.onnx")],
-                         capture_output=True, text=True)
+    models = {tool: str(out / "model.onnx") for tool, out in outs.items()}
+    got = subprocess.run([sys.executable, __file__, "_child", "logits", str(ckpt), json.dumps(models)], capture_output=True, text=True)
     if got.returncode != 0:
         raise SystemExit(f"the logits check failed:\n{got.stderr[-3000:]}")
     row["logits"] = json.loads(got.stdout.strip().splitlines()[-1])
@@ -187,14 +197,19 @@ def table(rows: list[dict]) -> str:
     out = ["| checkpoint | tool | export wall | export CPU | export peak RSS | written | session creation | session peak RSS | max abs(Δ logits) vs transformers |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        for tool, name in (("strata", "strata export"), ("builder", "ONNX Runtime GenAI builder")):
+        for tool, name, _ in TOOLS:
             x = r[tool]
             out.append(f"| {r['dtype']}, {r['parameters'] / 1e6:.0f}M | {name} | {x['export_wall_s']:.2f} s | {x['export_cpu_s']:.2f} s | "
                        f"{x['export_peak_rss_bytes'] / 2**20:,.0f} MiB | {x['written_bytes'] / 2**20:,.1f} MiB | {x['session_s']:.2f} s | "
                        f"{x['session_peak_rss_bytes'] / 2**20:,.0f} MiB | {r['logits'][tool + '_max_abs_diff']:.1e} (of {r['logits']['scale']:.2f}) |")
-        s, b = r["strata"], r["builder"]
-        out.append(f"| | strata / builder | {s['export_wall_s'] / b['export_wall_s']:.3f}× | | {s['export_peak_rss_bytes'] / b['export_peak_rss_bytes']:.2f}× | | "
-                   f"**{s['session_s'] / b['session_s']:.2f}×** | **{s['session_peak_rss_bytes'] / b['session_peak_rss_bytes']:.2f}×** | |")
+        b = r["builder"]
+        for tool, name, flags in TOOLS:
+            if flags is None:
+                continue
+            s = r[tool]
+            out.append(f"| | {name.replace('strata export', 'strata')} / builder | {s['export_wall_s'] / b['export_wall_s']:.3f}× | | "
+                       f"{s['export_peak_rss_bytes'] / b['export_peak_rss_bytes']:.3f}× | | **{s['session_s'] / b['session_s']:.2f}×** | "
+                       f"**{s['session_peak_rss_bytes'] / b['session_peak_rss_bytes']:.3f}×** | |")
     return "\n".join(out)
 
 

@@ -53,7 +53,7 @@ func exportFlags() []cli.Flag {
 		&cli.StringFlag{Name: "weight-spec", Usage: "also write another weight spec format: qaic (QEfficient version 5, weights as graph inputs; needs --weights materialize)"},
 		revisionFlag(),
 		&cli.StringFlag{Name: "bin-to", Usage: "for a PyTorch .bin checkpoint: convert it to safetensors in `DIR` (once; reused while the .bin files are unchanged) and export that"},
-		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined)"},
+		&cli.BoolFlag{Name: "subfunctions", Usage: "make each decoder layer a call of an ONNX local function, one per layer kind (default: inlined); also the leaner form for ONNX Runtime to open"},
 		&cli.BoolFlag{Name: "continuous-batching", Usage: "serve with continuous batching: a batch_index input picks each row's KV-cache slot (cache of full_batch_size rows)"},
 		&cli.BoolFlag{Name: "ccl", Usage: "compute-context-length: a comp_ctx_lengths input whose length is how many cache rows attention reads"},
 		&cli.StringSliceFlag{Name: "plugin-option", Usage: "pass `KEY=VALUE` to the plugin (repeatable; also written --KEY VALUE, dashes for underscores, e.g. --moe-strategy dense); `strata archs` lists each plugin's options, and a plugin refuses keys it does not know"},
