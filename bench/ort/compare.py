@@ -32,10 +32,19 @@ import compare as torchbench  # noqa: E402  (run_measured, build_checkpoint)
 
 PROMPT = [1, 306, 4658, 278, 6593, 310, 2834, 338, 29871, 29946, 29906, 29889]
 LOAD = "import sys, onnxruntime as o; o.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
-# The exports compared, in table order: key, label, and whether it is strata's
-# (its IO, its feeds) with the export flags it adds.
-TOOLS = (("strata", "strata export", []), ("strata_subfunctions", "strata export --subfunctions", ["--subfunctions"]),
-         ("builder", "ONNX Runtime GenAI builder", None))
+# The exports compared, in table order: key, label, strata's export flags
+# (None: the builder), and the checkpoint dtypes it is measured on (None: all).
+# Materialising weights only changes a half-precision checkpoint's export: it
+# writes the float32 weights ONNX Runtime would otherwise fold at every load.
+TOOLS = (("strata", "strata export", [], None),
+         ("strata_subfunctions", "strata export --subfunctions", ["--subfunctions"], None),
+         ("strata_materialized", "strata export --subfunctions --weights materialize",
+          ["--subfunctions", "--weights", "materialize"], {"bfloat16"}),
+         ("builder", "ONNX Runtime GenAI builder", None, None))
+
+
+def tools_for(dtype: str):
+    return [t for t in TOOLS if t[3] is None or dtype in t[3]]
 
 
 def parse_args(argv):
@@ -161,8 +170,8 @@ def one_dtype(args, dtype: str, work: Path) -> dict:
         raise SystemExit(f"building the {dtype} checkpoint failed:\n{built.stderr[-3000:]}")
     params = json.loads(built.stdout.strip().splitlines()[-1])["parameters"]
     row = {"dtype": dtype, "parameters": params, "checkpoint_bytes": sum(f.stat().st_size for f in ckpt.iterdir() if f.is_file())}
-    outs = {tool: work / f"{tool}-{dtype}" for tool, _, _ in TOOLS}
-    flags = {tool: f for tool, _, f in TOOLS}
+    outs = {tool: work / f"{tool}-{dtype}" for tool, _, _, _ in tools_for(dtype)}
+    flags = {tool: f for tool, _, f, _ in tools_for(dtype)}
     exports = {tool: [] for tool in outs}
     for i in range(args.runs):
         for tool, out in outs.items():
@@ -197,13 +206,13 @@ def table(rows: list[dict]) -> str:
     out = ["| checkpoint | tool | export wall | export CPU | export peak RSS | written | session creation | session peak RSS | max abs(Δ logits) vs transformers |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        for tool, name, _ in TOOLS:
+        for tool, name, _, _ in tools_for(r["dtype"]):
             x = r[tool]
             out.append(f"| {r['dtype']}, {r['parameters'] / 1e6:.0f}M | {name} | {x['export_wall_s']:.2f} s | {x['export_cpu_s']:.2f} s | "
                        f"{x['export_peak_rss_bytes'] / 2**20:,.0f} MiB | {x['written_bytes'] / 2**20:,.1f} MiB | {x['session_s']:.2f} s | "
                        f"{x['session_peak_rss_bytes'] / 2**20:,.0f} MiB | {r['logits'][tool + '_max_abs_diff']:.1e} (of {r['logits']['scale']:.2f}) |")
         b = r["builder"]
-        for tool, name, flags in TOOLS:
+        for tool, name, flags, _ in tools_for(r["dtype"]):
             if flags is None:
                 continue
             s = r[tool]
