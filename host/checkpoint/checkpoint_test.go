@@ -556,3 +556,57 @@ func TestOpenBadDir(t *testing.T) {
 		})
 	}
 }
+
+// A tensor appended in parts reads back whole, and ReadTensorAt reads any
+// part of it; a part past the declared size, a whole write over a started
+// tensor, and a file closed mid-tensor are refused.
+func TestWriterAppendsPartsReadTensorAtReadsThem(t *testing.T) {
+	entries := []Entry{{Name: "a", DType: "U8", Shape: []int64{5}}, {Name: "b", DType: "U8", Shape: []int64{3}}}
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	w, err := CreateSafetensors(path, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range [][]byte{{1, 2}, {}, {3, 4, 5}, {6}} {
+		if err := w.Append(part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Write([]byte{7, 8}); err == nil || !strings.Contains(err.Error(), "tensor b is partly appended (1 of 3 bytes)") {
+		t.Errorf("a whole write over a started tensor: %v", err)
+	}
+	if err := w.Append([]byte{7, 8, 9}); err == nil || !strings.Contains(err.Error(), "more than the 3 bytes declared") {
+		t.Errorf("a part past the declared size: %v", err)
+	}
+	if err := w.Append([]byte{7, 8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.ReadTensor("a"); !bytes.Equal(got, []byte{1, 2, 3, 4, 5}) {
+		t.Errorf("a = %v", got)
+	}
+	part := make([]byte, 2)
+	if err := c.ReadTensorAt("b", part, 1); err != nil || !bytes.Equal(part, []byte{7, 8}) {
+		t.Errorf("b[1:3] = %v, %v", part, err)
+	}
+	if err := c.ReadTensorAt("b", part, 2); err == nil || !strings.Contains(err.Error(), "outside its 3") {
+		t.Errorf("a read past the tensor: %v", err)
+	}
+
+	w, err = CreateSafetensors(filepath.Join(t.TempDir(), "model.safetensors"), entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "0 of 2 tensors written") {
+		t.Errorf("closed mid-tensor: %v", err)
+	}
+}

@@ -34,6 +34,7 @@ type Writer struct {
 	offsets []int64 // absolute file offset of each entry's data
 	sizes   []int64
 	next    int
+	part    int64 // bytes of entry next appended so far
 }
 
 // Sink receives a file's bytes and puts the file in place on Commit (an
@@ -171,16 +172,32 @@ func (w *Writer) Offset(i int) int64 { return w.offsets[i] }
 
 // Write writes the next tensor's data.
 func (w *Writer) Write(data []byte) error {
+	if w.next < len(w.entries) {
+		if w.part != 0 {
+			return fmt.Errorf("%s: tensor %s is partly appended (%d of %d bytes)", w.path, w.entries[w.next].Name, w.part, w.sizes[w.next])
+		}
+		if int64(len(data)) != w.sizes[w.next] {
+			return fmt.Errorf("%s: tensor %s has %d bytes, declared %d", w.path, w.entries[w.next].Name, len(data), w.sizes[w.next])
+		}
+	}
+	return w.Append(data)
+}
+
+// Append writes the next part of the current tensor's data: the tensor is
+// complete once its declared size is appended, and the next one begins.
+func (w *Writer) Append(part []byte) error {
 	if w.next >= len(w.entries) {
 		return fmt.Errorf("%s: more tensors written than declared", w.path)
 	}
-	if int64(len(data)) != w.sizes[w.next] {
-		return fmt.Errorf("%s: tensor %s has %d bytes, declared %d", w.path, w.entries[w.next].Name, len(data), w.sizes[w.next])
+	if w.part+int64(len(part)) > w.sizes[w.next] {
+		return fmt.Errorf("%s: tensor %s has more than the %d bytes declared", w.path, w.entries[w.next].Name, w.sizes[w.next])
 	}
-	if _, err := w.sink.Write(data); err != nil {
+	if _, err := w.sink.Write(part); err != nil {
 		return fmt.Errorf("writing %s: %w", w.path, err)
 	}
-	w.next++
+	if w.part += int64(len(part)); w.part == w.sizes[w.next] {
+		w.next, w.part = w.next+1, 0
+	}
 	return nil
 }
 
@@ -206,21 +223,37 @@ func (c *Checkpoint) ReadTensor(key string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("tensor %s is not in the checkpoint", key)
 	}
+	data := make([]byte, t.Length)
+	if err := c.ReadTensorAt(key, data, 0); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// ReadTensorAt reads len(p) of a tensor's stored bytes from offset off
+// within the tensor, for weights computed a slice at a time.
+func (c *Checkpoint) ReadTensorAt(key string, p []byte, off int64) error {
+	t, ok := c.tensors[key]
+	if !ok {
+		return fmt.Errorf("tensor %s is not in the checkpoint", key)
+	}
+	if off < 0 || off+int64(len(p)) > t.Length {
+		return fmt.Errorf("tensor %s: bytes %d..%d are outside its %d", key, off, off+int64(len(p)), t.Length)
+	}
 	path := filepath.Join(c.Dir, t.Shard)
 	if sh, ok := c.Shard(t.Shard); ok && sh.Path != "" {
 		path = sh.Path
 	}
 	f, _, err := OpenRegular(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	data := make([]byte, t.Length)
-	if _, err := f.ReadAt(data, t.Offset); err != nil {
-		return nil, fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
+	if _, err := f.ReadAt(p, t.Offset+off); err != nil {
+		return fmt.Errorf("reading tensor %s from %s: %w", key, t.Shard, err)
 	}
-	syncatomic.AddInt64(&c.BytesRead, int64(len(data))) // windows materialise at once
-	return data, nil
+	syncatomic.AddInt64(&c.BytesRead, int64(len(p))) // windows materialise at once
+	return nil
 }
 
 // writeChunk is how much a cancellable sink writes between checks.

@@ -191,24 +191,56 @@ func (t *Table) materializeShard(ctx context.Context, sh dataShard, out Output, 
 	if err != nil {
 		return err
 	}
+	if counted == nil {
+		counted = func(int64) {}
+	}
 	for _, name := range sh.names {
 		if err := ctx.Err(); err != nil {
 			w.Abort()
 			return err
 		}
-		data, err := evalContext(ctx, t.weights[name].expr, t.ckpt.ReadTensor)
-		if err == nil {
-			err = w.Write(data.Bytes)
-		}
-		if err != nil {
+		if err := t.materializeWeight(ctx, t.weights[name].expr, w, counted); err != nil {
 			w.Abort()
 			return fmt.Errorf("materialising %s: %w", name, err)
 		}
-		if counted != nil {
-			counted(int64(len(data.Bytes)))
-		}
 	}
 	return w.Close()
+}
+
+// sliceBytes bounds the slice of a weight computed at once when it is an
+// element-wise function of one tensor (a cast, the usual case): memory stays
+// a few slices whatever the tensor's size, where computing it whole held the
+// source and the result (1.2 + 2.5 GB for a 151936×4096 head cast to float32).
+var sliceBytes int64 = 16 << 20
+
+func (t *Table) materializeWeight(ctx context.Context, e *transform.Expr, w *checkpoint.Writer, counted func(int64)) error {
+	leaf, ok := e.ElementwiseLeaf()
+	if !ok || e.Type.Bytes() <= sliceBytes || leaf.Type.Bytes()%leaf.Type.Elements() != 0 {
+		data, err := evalContext(ctx, e, t.ckpt.ReadTensor)
+		if err == nil {
+			err = w.Write(data.Bytes)
+		}
+		counted(int64(len(data.Bytes)))
+		return err
+	}
+	elems, in := leaf.Type.Elements(), leaf.Type.Bytes()/leaf.Type.Elements()
+	step := max(1, sliceBytes/max(in, e.Type.Bytes()/elems))
+	buf := make([]byte, min(step, elems)*in)
+	for at := int64(0); at < elems; at += step {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		src := buf[:min(step, elems-at)*in]
+		if err := t.ckpt.ReadTensorAt(leaf.Key, src, at*in); err != nil {
+			return err
+		}
+		out := e.EvalElements(src)
+		if err := w.Append(out); err != nil {
+			return err
+		}
+		counted(int64(len(out)))
+	}
+	return nil
 }
 
 // Materializing reports whether the table writes data files.

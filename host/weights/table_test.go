@@ -233,3 +233,89 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 		})
 	}
 }
+
+// A weight that is casts and reshapes of one tensor is computed a slice at a
+// time; its bytes are those computed whole, whatever the slice's size.
+func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	entries := []checkpoint.Entry{
+		{Name: "head", DType: "BF16", Shape: []int64{7, 5}},
+		{Name: "norm", DType: "F32", Shape: []int64{9}},
+		{Name: "experts.0.w", DType: "BF16", Shape: []int64{2, 3}},
+		{Name: "experts.1.w", DType: "BF16", Shape: []int64{2, 3}},
+		{Name: "experts.2.w", DType: "BF16", Shape: []int64{2, 3}},
+	}
+	w, err := checkpoint.CreateSafetensors(path, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := byte(1)
+	for _, e := range entries {
+		n := map[string]int64{"BF16": 2, "F32": 4}[e.DType]
+		for _, d := range e.Shape {
+			n *= d
+		}
+		data := make([]byte, n)
+		for i := range data {
+			seed = seed*73 + 41
+			data[i] = seed & 0x7e // finite values, no NaN patterns
+		}
+		if err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	src, err := checkpoint.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	materialize := func(slice int64) map[string][]byte {
+		t.Helper()
+		defer func(old int64) { sliceBytes = old }(sliceBytes)
+		sliceBytes = slice
+		tab := NewTable(src, onnxpb.TensorProto_FLOAT, graph.New("g"), Materialize, "weights/model.safetensors")
+		for _, wb := range []*pb.WeightBinding{{Key: "head"}, {Key: "norm"}, stackBinding("e")} {
+			if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tab.Layout(); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var counted int64
+		if err := tab.Materialize(context.Background(), dirOutput(dir), func(n int64) { counted += n }); err != nil {
+			t.Fatal(err)
+		}
+		if counted != tab.DataBytes() {
+			t.Errorf("slices of %d bytes: counted %d bytes, wrote %d", slice, counted, tab.DataBytes())
+		}
+		written, err := checkpoint.OpenFile(filepath.Join(dir, "weights/model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]byte{}
+		for _, k := range written.Keys() {
+			if out[k], err = written.ReadTensor(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	whole := materialize(1 << 40)
+	if len(whole) != 3 {
+		t.Fatalf("materialised %d weights, want 3", len(whole))
+	}
+	for _, slice := range []int64{1, 4, 12, 30} {
+		for name, got := range materialize(slice) {
+			if !bytes.Equal(got, whole[name]) {
+				t.Errorf("slices of %d bytes: %s differs from the weight computed whole", slice, name)
+			}
+		}
+	}
+}

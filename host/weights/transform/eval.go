@@ -70,11 +70,40 @@ func prod(dims []int64) int64 {
 	return n
 }
 
-func evalCast(e *Expr, a []Data) []byte {
-	if a[0].Type.DType == e.Type.DType {
-		return a[0].Bytes
+func evalCast(e *Expr, a []Data) []byte { return castBytes(a[0].Type.DType, e.Type.DType, a[0].Bytes) }
+
+func castBytes(from, to dtype.DType, b []byte) []byte {
+	if from == to {
+		return b
 	}
-	return fromFloat32(e.Type.DType, toFloat32(a[0].Type.DType, a[0].Bytes))
+	return fromFloat32(to, toFloat32(from, b))
+}
+
+// ElementwiseLeaf is the tensor e computes element by element, in storage
+// order, when e is that tensor itself or casts and reshapes of it: such a
+// weight can be computed a slice at a time (EvalElements).
+func (e *Expr) ElementwiseLeaf() (*Expr, bool) {
+	for x := e; ; x = x.Args[0] {
+		if x.IsLeaf() {
+			return x, true
+		}
+		if x.Op != OpCast && x.Op != OpReshape || len(x.Args) != 1 {
+			return nil, false
+		}
+	}
+}
+
+// EvalElements computes, for e with an ElementwiseLeaf, the bytes of the
+// elements whose stored bytes src holds (a run of whole elements).
+func (e *Expr) EvalElements(src []byte) []byte {
+	if e.IsLeaf() {
+		return src
+	}
+	in := e.Args[0].EvalElements(src)
+	if e.Op == OpReshape {
+		return in
+	}
+	return castBytes(e.Args[0].Type.DType, e.Type.DType, in)
 }
 
 func evalTranspose(e *Expr, a []Data) []byte {
