@@ -17,28 +17,39 @@ import (
 	"github.com/strata-llm/strata/sdk/weight"
 )
 
-// source writes a small checkpoint: three BF16 experts, an F32 norm, U8 codes.
+// source writes a small checkpoint: three BF16 experts, an F32 norm, U8 codes,
+// each a repeated byte.
 func source(t *testing.T) *checkpoint.Checkpoint {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "model.safetensors")
-	entries := []checkpoint.Entry{
+	return checkpointOf(t, []checkpoint.Entry{
 		{Name: "experts.0.w", DType: "BF16", Shape: []int64{2, 3}},
 		{Name: "experts.1.w", DType: "BF16", Shape: []int64{2, 3}},
 		{Name: "experts.2.w", DType: "BF16", Shape: []int64{2, 3}},
 		{Name: "norm", DType: "F32", Shape: []int64{3}},
 		{Name: "codes", DType: "U8", Shape: []int64{4}},
-	}
+	}, func(i int, data []byte) {
+		for j := range data {
+			data[j] = byte(0x3f + i)
+		}
+	})
+}
+
+// checkpointOf writes a one-file checkpoint of entries, fill giving the
+// bytes of entry i, and opens it.
+func checkpointOf(t *testing.T, entries []checkpoint.Entry, fill func(i int, data []byte)) *checkpoint.Checkpoint {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "model.safetensors")
 	w, err := checkpoint.CreateSafetensors(path, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range entries {
-		n := int64(1)
+		n := map[string]int64{"BF16": 2, "F32": 4, "U8": 1}[e.DType]
 		for _, d := range e.Shape {
 			n *= d
 		}
-		size := map[string]int64{"BF16": 2, "F32": 4, "U8": 1}[e.DType]
-		if err := w.Write(bytes.Repeat([]byte{byte(0x3f + i)}, int(n*size))); err != nil {
+		data := make([]byte, n)
+		fill(i, data)
+		if err := w.Write(data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,6 +145,32 @@ func (d dirOutput) WriteFile(rel string, data []byte) error {
 }
 func (d dirOutput) Name(rel string) string { return filepath.Join(string(d), rel) }
 
+// materialized binds the weights in tab, lays it out and materialises it into
+// a new directory, checking that every byte written was counted.
+func materialized(t *testing.T, tab *Table, bindings ...*pb.WeightBinding) string {
+	t.Helper()
+	for _, wb := range bindings {
+		if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tab.Layout(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var counted int64
+	if err := tab.Materialize(context.Background(), dirOutput(dir), func(n int64) { counted += n }); err != nil {
+		t.Fatal(err)
+	}
+	if counted != tab.DataBytes() {
+		t.Errorf("counted %d bytes, wrote %d", counted, tab.DataBytes())
+	}
+	return dir
+}
+
 // Materialised bytes land exactly where the initializers and spec say, in
 // one file or, past ShardBytes, in save_pretrained-named shards with an
 // index naming each weight's shard.
@@ -152,25 +189,7 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 			b := graph.New("g")
 			tab := NewTable(src, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
 			tab.ShardBytes = tc.limit
-			for _, wb := range []*pb.WeightBinding{stackBinding("e"), {Key: "norm"}} {
-				if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := tab.Layout(); err != nil {
-				t.Fatal(err)
-			}
-			dir := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			var counted int64
-			if err := tab.Materialize(context.Background(), dirOutput(dir), func(n int64) { counted += n }); err != nil {
-				t.Fatal(err)
-			}
-			if counted != tab.DataBytes() {
-				t.Errorf("counted %d bytes, wrote %d", counted, tab.DataBytes())
-			}
+			dir := materialized(t, tab, stackBinding("e"), &pb.WeightBinding{Key: "norm"})
 			want := tc.files
 			if tc.sharded {
 				want = append(slices.Clone(want), "weights/model.safetensors.index.json")
@@ -237,64 +256,25 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 // A weight that is casts and reshapes of one tensor is computed a slice at a
 // time; its bytes are those computed whole, whatever the slice's size.
 func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "model.safetensors")
-	entries := []checkpoint.Entry{
+	seed := byte(1)
+	src := checkpointOf(t, []checkpoint.Entry{
 		{Name: "head", DType: "BF16", Shape: []int64{7, 5}},
 		{Name: "norm", DType: "F32", Shape: []int64{9}},
 		{Name: "experts.0.w", DType: "BF16", Shape: []int64{2, 3}},
 		{Name: "experts.1.w", DType: "BF16", Shape: []int64{2, 3}},
 		{Name: "experts.2.w", DType: "BF16", Shape: []int64{2, 3}},
-	}
-	w, err := checkpoint.CreateSafetensors(path, entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := byte(1)
-	for _, e := range entries {
-		n := map[string]int64{"BF16": 2, "F32": 4}[e.DType]
-		for _, d := range e.Shape {
-			n *= d
-		}
-		data := make([]byte, n)
+	}, func(_ int, data []byte) {
 		for i := range data {
 			seed = seed*73 + 41
 			data[i] = seed & 0x7e // finite values, no NaN patterns
 		}
-		if err := w.Write(data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	src, err := checkpoint.OpenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	materialize := func(slice int64) map[string][]byte {
 		t.Helper()
 		defer func(old int64) { sliceBytes = old }(sliceBytes)
 		sliceBytes = slice
 		tab := NewTable(src, onnxpb.TensorProto_FLOAT, graph.New("g"), Materialize, "weights/model.safetensors")
-		for _, wb := range []*pb.WeightBinding{{Key: "head"}, {Key: "norm"}, stackBinding("e")} {
-			if _, err := tab.Value(wb, "x/"+wb.GetInput()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := tab.Layout(); err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(dir, "weights"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var counted int64
-		if err := tab.Materialize(context.Background(), dirOutput(dir), func(n int64) { counted += n }); err != nil {
-			t.Fatal(err)
-		}
-		if counted != tab.DataBytes() {
-			t.Errorf("slices of %d bytes: counted %d bytes, wrote %d", slice, counted, tab.DataBytes())
-		}
+		dir := materialized(t, tab, &pb.WeightBinding{Key: "head"}, &pb.WeightBinding{Key: "norm"}, stackBinding("e"))
 		written, err := checkpoint.OpenFile(filepath.Join(dir, "weights/model.safetensors"))
 		if err != nil {
 			t.Fatal(err)
