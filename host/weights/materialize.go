@@ -213,12 +213,30 @@ func (t *Table) materializeShard(ctx context.Context, sh dataShard, out Output, 
 // source and the result (1.2 + 2.5 GB for a 151936×4096 head cast to float32).
 var sliceBytes int64 = 16 << 20
 
+// materializeWeight writes e's bytes part by part (transform.Parts: the
+// experts of a stack one at a time), each in slices when it allows.
 func (t *Table) materializeWeight(ctx context.Context, e *transform.Expr, w *checkpoint.Writer, counted func(int64)) error {
+	var written int64
+	for _, part := range e.Parts() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := t.materializePart(ctx, part, w, func(n int64) { written += n; counted(n) }); err != nil {
+			return err
+		}
+	}
+	if written != e.Type.Bytes() {
+		return fmt.Errorf("its parts came to %d bytes, want %d", written, e.Type.Bytes())
+	}
+	return nil
+}
+
+func (t *Table) materializePart(ctx context.Context, e *transform.Expr, w *checkpoint.Writer, counted func(int64)) error {
 	leaf, ok := e.ElementwiseLeaf()
 	if !ok || e.Type.Bytes() <= sliceBytes || leaf.Type.Bytes()%leaf.Type.Elements() != 0 {
 		data, err := evalContext(ctx, e, t.ckpt.ReadTensor)
 		if err == nil {
-			err = w.Write(data.Bytes)
+			err = w.Append(data.Bytes)
 		}
 		counted(int64(len(data.Bytes)))
 		return err

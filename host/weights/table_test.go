@@ -253,8 +253,10 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 	}
 }
 
-// A weight that is casts and reshapes of one tensor is computed a slice at a
-// time; its bytes are those computed whole, whatever the slice's size.
+// A weight is written part by part (the arguments of a stack or concat along
+// the first axis), a part that is casts and reshapes of one tensor a slice at
+// a time; its bytes are those of the weight computed whole, whatever the
+// slice's size.
 func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
 	seed := byte(1)
 	src := checkpointOf(t, []checkpoint.Entry{
@@ -269,33 +271,45 @@ func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
 			data[i] = seed & 0x7e // finite values, no NaN patterns
 		}
 	})
-	materialize := func(slice int64) map[string][]byte {
+	materialize := func(slice int64) {
 		t.Helper()
 		defer func(old int64) { sliceBytes = old }(sliceBytes)
 		sliceBytes = slice
 		tab := NewTable(src, onnxpb.TensorProto_FLOAT, graph.New("g"), Materialize, "weights/model.safetensors")
-		dir := materialized(t, tab, &pb.WeightBinding{Key: "head"}, &pb.WeightBinding{Key: "norm"}, stackBinding("e"))
+		experts := func(f func(weight.Expr) weight.Expr) []weight.Expr {
+			return []weight.Expr{f(weight.Tensor("experts.0.w")), f(weight.Tensor("experts.1.w")), f(weight.Tensor("experts.2.w"))}
+		}
+		same := func(e weight.Expr) weight.Expr { return e }
+		transposed := func(e weight.Expr) weight.Expr { return weight.Transpose(e, 1, 0) }
+		dir := materialized(t, tab, &pb.WeightBinding{Key: "head"}, &pb.WeightBinding{Key: "norm"}, stackBinding("e"),
+			&pb.WeightBinding{Input: "t", Weight: weight.Stack(0, experts(transposed)...).Proto()},
+			&pb.WeightBinding{Input: "c", Weight: weight.Concat(1, experts(same)...).Proto()},
+			&pb.WeightBinding{Input: "r", Weight: weight.Reshape(weight.Concat(0, experts(same)...), 3, 6).Proto()},
+			// as the MoE plugins bind experts: [E, out, in] turned to [E, in, out]
+			&pb.WeightBinding{Input: "m", Weight: weight.Transpose(weight.Stack(0, experts(same)...), 0, 2, 1).Proto()},
+			&pb.WeightBinding{Input: "n", Weight: weight.Transpose(weight.Concat(0, experts(same)...), 1, 0).Proto()})
 		written, err := checkpoint.OpenFile(filepath.Join(dir, "weights/model.safetensors"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string][]byte{}
+		if len(written.Keys()) != 8 {
+			t.Fatalf("materialised %d weights, want 8", len(written.Keys()))
+		}
 		for _, k := range written.Keys() {
-			if out[k], err = written.ReadTensor(k); err != nil {
+			got, err := written.ReadTensor(k)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		return out
-	}
-	whole := materialize(1 << 40)
-	if len(whole) != 3 {
-		t.Fatalf("materialised %d weights, want 3", len(whole))
-	}
-	for _, slice := range []int64{1, 4, 12, 30} {
-		for name, got := range materialize(slice) {
-			if !bytes.Equal(got, whole[name]) {
-				t.Errorf("slices of %d bytes: %s differs from the weight computed whole", slice, name)
+			whole, err := tab.weights[k].expr.Eval(src.ReadTensor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, whole.Bytes) {
+				t.Errorf("slices of %d bytes: %s differs from the weight computed whole", slice, k)
 			}
 		}
+	}
+	for _, slice := range []int64{1, 4, 12, 30, 1 << 40} {
+		materialize(slice)
 	}
 }

@@ -79,6 +79,56 @@ func castBytes(from, to dtype.DType, b []byte) []byte {
 	return fromFloat32(to, toFloat32(from, b))
 }
 
+// Parts splits e into expressions whose results, one after another, are e's
+// bytes, so a weight can be computed a part at a time: one expert of a stacked
+// MoE projection, not the whole stack. A reshape is its argument's parts;
+// anything else is its slabs along the first axis (slabs).
+func (e *Expr) Parts() []*Expr {
+	if e.Op == OpReshape && len(e.Args) == 1 {
+		if inner := e.Args[0].Parts(); len(inner) > 1 {
+			return inner
+		}
+		return []*Expr{e}
+	}
+	return e.slabs()
+}
+
+// slabs splits e along its first axis into expressions of shape [k, rest...]
+// whose results, in order, are e's: a stack along the first axis is its
+// arguments (each [1, ...]), a concat along it its arguments' slabs, and a
+// cast, or a transpose that keeps the first axis first, applies to each
+// slab. Otherwise e is its one slab.
+func (e *Expr) slabs() []*Expr {
+	var parts []*Expr
+	switch {
+	case e.Op == OpStack && e.Axis == 0:
+		for _, a := range e.Args {
+			shape := append([]int64{1}, a.Type.Shape...)
+			parts = append(parts, &Expr{Op: OpReshape, Ints: shape, Args: []*Expr{a}, Type: Type{DType: a.Type.DType, Shape: shape}})
+		}
+	case e.Op == OpConcat && e.Axis == 0:
+		for _, a := range e.Args {
+			parts = append(parts, a.slabs()...)
+		}
+	case e.Op == OpCast && len(e.Args) == 1:
+		for _, x := range e.Args[0].slabs() {
+			parts = append(parts, &Expr{Op: OpCast, To: e.To, Args: []*Expr{x}, Type: Type{DType: e.Type.DType, Shape: x.Type.Shape}})
+		}
+	case e.Op == OpTranspose && len(e.Args) == 1 && len(e.Ints) > 0 && e.Ints[0] == 0:
+		for _, x := range e.Args[0].slabs() {
+			shape := make([]int64, len(e.Ints))
+			for i, p := range e.Ints {
+				shape[i] = x.Type.Shape[p]
+			}
+			parts = append(parts, &Expr{Op: OpTranspose, Ints: e.Ints, Args: []*Expr{x}, Type: Type{DType: e.Type.DType, Shape: shape}})
+		}
+	}
+	if len(parts) < 2 {
+		return []*Expr{e}
+	}
+	return parts
+}
+
 // ElementwiseLeaf is the tensor e computes element by element, in storage
 // order, when e is that tensor itself or casts and reshapes of it: such a
 // weight can be computed a slice at a time (EvalElements).
@@ -107,18 +157,25 @@ func (e *Expr) EvalElements(src []byte) []byte {
 }
 
 func evalTranspose(e *Expr, a []Data) []byte {
-	src, size := a[0], elemSize(a[0].Type.DType)
-	rank := len(src.Type.Shape)
+	src, size := a[0], int64(elemSize(a[0].Type.DType))
+	rank, n := len(src.Type.Shape), src.Type.Elements()
 	out := make([]byte, len(src.Bytes))
+	if rank == 0 || n == 0 {
+		copy(out, src.Bytes)
+		return out
+	}
 	srcStrides := strides(src.Type.Shape)
-	idx := make([]int64, rank) // index into the output
-	for o := int64(0); o < src.Type.Elements(); o++ {
+	// A row of the output (its last axis) reads the source at a fixed stride.
+	row := e.Type.Shape[rank-1]
+	step := srcStrides[e.Ints[rank-1]] * size
+	idx := make([]int64, rank-1) // the output row's index over the other axes
+	for o := int64(0); o < n; o += row {
 		var s int64
-		for i, p := range e.Ints {
+		for i, p := range e.Ints[:rank-1] {
 			s += idx[i] * srcStrides[p]
 		}
-		copy(out[o*int64(size):], src.Bytes[s*int64(size):(s+1)*int64(size)])
-		for i := rank - 1; i >= 0; i-- { // next output index
+		copyStrided(out[o*size:(o+row)*size], src.Bytes, s*size, step, size)
+		for i := rank - 2; i >= 0; i-- { // next output row
 			idx[i]++
 			if idx[i] < e.Type.Shape[i] {
 				break
@@ -127,6 +184,34 @@ func evalTranspose(e *Expr, a []Data) []byte {
 		}
 	}
 	return out
+}
+
+// copyStrided fills dst with elements of size bytes read from src at, at+step,
+// at+2·step, ...; common sizes move as one load and store.
+func copyStrided(dst, src []byte, at, step, size int64) {
+	le := binary.LittleEndian
+	switch size {
+	case 1:
+		for j := range dst {
+			dst[j] = src[at]
+			at += step
+		}
+	case 2:
+		for j := 0; j < len(dst); j += 2 {
+			le.PutUint16(dst[j:], le.Uint16(src[at:]))
+			at += step
+		}
+	case 4:
+		for j := 0; j < len(dst); j += 4 {
+			le.PutUint32(dst[j:], le.Uint32(src[at:]))
+			at += step
+		}
+	default:
+		for j := int64(0); j < int64(len(dst)); j += size {
+			copy(dst[j:j+size], src[at:at+size])
+			at += step
+		}
+	}
 }
 
 func strides(shape []int64) []int64 {

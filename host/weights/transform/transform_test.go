@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -209,4 +210,54 @@ func TestCanonicalTellsExpressionsApart(t *testing.T) {
 			t.Errorf("a copy of %s has canonical form %s, want %s", e, got, c)
 		}
 	}
+}
+
+// evalTranspose moves every element where a naive index-by-index transpose
+// puts it, for every permutation of ranks 1 to 4 and element sizes 1 to 8.
+func TestTransposeMatchesNaive(t *testing.T) {
+	shape := []int64{3, 1, 4, 2}
+	for _, dt := range []onnxpb.TensorProto_DataType{onnxpb.TensorProto_UINT8, onnxpb.TensorProto_BFLOAT16, onnxpb.TensorProto_FLOAT, onnxpb.TensorProto_DOUBLE} {
+		for rank := 1; rank <= len(shape); rank++ {
+			for _, perm := range permutations(rank) {
+				in := Type{DType: dt, Shape: shape[:rank]}
+				size := int64(elemSize(dt))
+				src := make([]byte, in.Elements()*size)
+				for i := range src {
+					src[i] = byte(i*7 + 3)
+				}
+				outShape := make([]int64, rank)
+				for i, p := range perm {
+					outShape[i] = in.Shape[p]
+				}
+				e := &Expr{Op: OpTranspose, Ints: perm, Type: Type{DType: dt, Shape: outShape}}
+				got := evalTranspose(e, []Data{{in, src}})
+				want := make([]byte, len(src))
+				inStrides, outStrides := strides(in.Shape), strides(outShape)
+				for o := int64(0); o < in.Elements(); o++ {
+					var s int64
+					for i, p := range perm {
+						s += (o / outStrides[i] % outShape[i]) * inStrides[p]
+					}
+					copy(want[o*size:(o+1)*size], src[s*size:(s+1)*size])
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("%v %v perm %v: %v, want %v", dt, in.Shape, perm, got, want)
+				}
+			}
+		}
+	}
+}
+
+func permutations(n int) [][]int64 {
+	if n == 1 {
+		return [][]int64{{0}}
+	}
+	var out [][]int64
+	for _, p := range permutations(n - 1) {
+		for at := 0; at <= len(p); at++ {
+			q := append(append(append([]int64{}, p[:at]...), int64(n-1)), p[at:]...)
+			out = append(out, q)
+		}
+	}
+	return out
 }
