@@ -159,9 +159,9 @@ type Output interface {
 }
 
 // Materialize computes every weight in Go from the checkpoint's bytes and
-// writes the data files (and their index) through out, holding one weight
-// (and its sources) in memory at a time; counted, when not nil, sees each
-// weight's bytes as they are written. A file appears only when complete;
+// writes the data files (and their index) through out, holding one part of
+// a weight (an expert, or a slice of a cast) and its sources in memory at a
+// time; counted, when not nil, sees the bytes as they are written. A file appears only when complete;
 // a cancelled ctx stops it between weights.
 func (t *Table) Materialize(ctx context.Context, out Output, counted func(int64)) error {
 	if t.mode != Materialize || len(t.order) == 0 {
