@@ -10,6 +10,7 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/convert"
 	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/quant"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -29,7 +30,11 @@ func pluginMTP(c *cli.Context, dir string) []convert.MTPDescription {
 	if err != nil {
 		return nil
 	}
-	model := export.Model(ckpt)
+	q, err := quant.Read(ckpt)
+	if err != nil {
+		return nil // convert reports what it cannot read
+	}
+	model := export.Model(ckpt, q)
 	check, err := p.Check(c.Context, model)
 	if err != nil || !check.GetSupported() {
 		return nil

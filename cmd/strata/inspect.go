@@ -11,6 +11,7 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/export"
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/host/quant"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -78,6 +79,17 @@ type inspectReport struct {
 	Reasons            []string       `json:"reasons,omitempty"`
 	// MTP is the multi-token-prediction layout the plugin found.
 	MTP *mtpReport `json:"mtp,omitempty"`
+	// Quantization is how the weights are quantised (absent: they are not).
+	Quantization *quantReport `json:"quantization,omitempty"`
+}
+
+type quantReport struct {
+	Method   string   `json:"method"`
+	Format   string   `json:"format"`
+	Weights  int      `json:"weights"` // quantised weights (each counted once, with its logical shape)
+	Scales   int      `json:"scales"`  // stored tensors that are scales, zero points, packing shapes: not parameters
+	Excluded []string `json:"excluded,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
 }
 
 type mtpReport struct {
@@ -107,14 +119,19 @@ type shardReport struct {
 func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins.Registry) inspectReport {
 	r := inspectReport{Checkpoint: ckpt.Dir, ModelType: ckpt.ModelType, Architectures: ckpt.Architectures, LayerKinds: map[string]int{},
 		Config: readArchNumbers(ckpt.ConfigJSON)}
-	r.countTensors(ckpt)
+	q, err := quant.Read(ckpt)
+	r.countTensors(ckpt, q)
+	if err != nil {
+		r.Reasons = []string{err.Error()}
+		return r
+	}
 	p, err := reg.For(ckpt.ModelType)
 	if err != nil {
 		r.Reasons = []string{err.Error()}
 		return r
 	}
 	r.Plugin = &pluginRef{Name: p.Desc.GetName(), Version: p.Desc.GetVersion(), Path: p.Path}
-	model := export.Model(ckpt)
+	model := export.Model(ckpt, q)
 	check, err := p.Check(c.Context, model)
 	if err != nil {
 		r.Reasons = []string{err.Error()}
@@ -145,21 +162,41 @@ func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins
 	return r
 }
 
-func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint) {
+// countTensors counts parameters as the model has them: a quantised
+// weight once, with its logical shape, under the dtype it is stored in;
+// scales, zero points and packing shapes are no parameters.
+func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint, q *quant.View) {
 	byDType := map[string]*dtypeCount{}
+	count := func(dt string, n int64) {
+		d := byDType[dt]
+		if d == nil {
+			d = &dtypeCount{DType: dt}
+			byDType[dt] = d
+		}
+		d.Tensors++
+		d.Parameters += n
+		r.Parameters += n
+	}
+	scales := 0
 	for _, sh := range ckpt.Shards {
 		r.Shards = append(r.Shards, shardReport{Name: sh.Name, Bytes: sh.Size, Tensors: len(sh.Tensors)})
 		r.Bytes += sh.Size
 		for _, t := range sh.Tensors {
-			d := byDType[t.DType]
-			if d == nil {
-				d = &dtypeCount{DType: t.DType}
-				byDType[t.DType] = d
+			_, quantized := q.Weight(t.Key)
+			if q.Auxiliary(t.Key) {
+				scales++
+			} else if !quantized && !q.Stored(t.Key) {
+				count(t.DType, t.Elements())
 			}
-			d.Tensors++
-			d.Parameters += t.Elements()
-			r.Parameters += t.Elements()
 		}
+	}
+	for _, w := range q.Weights() { // under the dtype of its stored values
+		first, _ := ckpt.Tensor(w.Expr.Keys()[0])
+		count(first.DType, w.Expr.Type.Elements())
+	}
+	if q.Quantized() || q != nil && q.Method != "" {
+		r.Quantization = &quantReport{Method: q.Method, Format: q.Format, Weights: len(q.Weights()), Scales: scales,
+			Excluded: q.Excluded, Notes: q.Notes}
 	}
 	for _, d := range byDType {
 		r.DTypes = append(r.DTypes, *d)
@@ -188,6 +225,16 @@ func (r inspectReport) print(w io.Writer) {
 	r.Config.print(row)
 	if r.MTP != nil {
 		row("mtp", fmt.Sprintf("%s, layers %v, %s", r.MTP.Convention, r.MTP.Layers, plural(len(r.MTP.Keys), "tensor")))
+	}
+	if qr := r.Quantization; qr != nil {
+		row("quantization", fmt.Sprintf("%s: %s; %s dequantised in the graph, %s not counted as parameters", qr.Method, qr.Format,
+			plural(qr.Weights, "weight"), plural(qr.Scales, "scale tensor")))
+		if len(qr.Excluded) > 0 {
+			row("not quantised", strings.Join(qr.Excluded, ", "))
+		}
+		for _, n := range qr.Notes {
+			row("note", n)
+		}
 	}
 	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))
 	var dts []string

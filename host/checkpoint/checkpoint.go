@@ -93,6 +93,15 @@ func (c *Checkpoint) readFile(name string) ([]byte, error) {
 	return data, err
 }
 
+// ReadFile reads a small file beside the weights (a JSON of the release,
+// such as hf_quant_config.json): regular files only, bounded in size.
+func (c *Checkpoint) ReadFile(name string) ([]byte, error) {
+	if err := checkRelative(name); err != nil {
+		return nil, err
+	}
+	return c.readFile(name)
+}
+
 func (c *Checkpoint) readConfig() error {
 	data, err := c.readFile(configFile)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/quant"
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/sdk"
@@ -44,9 +45,9 @@ type assembler struct {
 	read map[string]bool
 }
 
-func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, compute dtype.DType, s window.Span, subfunctions bool, srv window.Serving, mode, dataPath string) *assembler {
+func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, s window.Span, subfunctions bool, srv window.Serving, mode, dataPath string) *assembler {
 	b := graph.New(ps.plan.GetModelType())
-	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, compute, b, mode, dataPath),
+	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, q, compute, b, mode, dataPath),
 		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions, serving: srv, read: map[string]bool{}}
 }
 

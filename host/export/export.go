@@ -20,6 +20,7 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/host/quant"
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/host/window"
@@ -104,7 +105,8 @@ type exporter struct {
 	ctx     context.Context
 	plugin  *plugins.Plugin
 	ckpt    *checkpoint.Checkpoint
-	model   *pb.Model // the plugin's view of ckpt, one object: sent once
+	quant   *quant.View // ckpt's quantised weights
+	model   *pb.Model   // the plugin's view of ckpt, one object: sent once
 	opts    Options
 	compute dtype.DType
 	parts   parts
@@ -120,10 +122,14 @@ type exporter struct {
 // built in memory, the shards are linked, the spec written, and model.onnx
 // renamed into place last, so a model.onnx present is always complete.
 func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, opts Options) (res *Result, err error) {
-	e := &exporter{ctx: ctx, plugin: p, ckpt: ckpt, model: Model(ckpt)}
+	e := &exporter{ctx: ctx, plugin: p, ckpt: ckpt}
 	if e.opts, e.compute, err = checkOptions(opts); err != nil {
 		return nil, err
 	}
+	if e.quant, err = quant.Read(ckpt); err != nil {
+		return nil, err
+	}
+	e.model = Model(ckpt, e.quant)
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
 		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
 	if e.parts, err = buildParts(ctx, p, ckpt, e.model, exportOpts, e.opts.Layerwise); err != nil {
@@ -319,7 +325,7 @@ func modelName(c *checkpoint.Checkpoint) string {
 }
 
 func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) {
-	a := newAssembler(e.parts, e.ckpt, e.compute, s, e.opts.Subfunctions,
+	a := newAssembler(e.parts, e.ckpt, e.quant, e.compute, s, e.opts.Subfunctions,
 		window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}, e.opts.Weights, dataPath)
 	err := a.run()
 	if err == nil {
@@ -390,21 +396,10 @@ func mtpLeftOut(m *pb.MTPLayout, spec *weights.Spec) string {
 	return fmt.Sprintf("the checkpoint's MTP weights (%s, layers %v, %d tensors) are left out of this export", m.GetConvention(), m.GetLayers(), len(m.GetKeys()))
 }
 
-// Inventory lists every tensor's key, dtype and shape for the plugin.
-func inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
-	keys := ckpt.Keys()
-	out := make([]*pb.TensorInfo, len(keys))
-	for i, k := range keys {
-		t, _ := ckpt.Tensor(k)
-		sh, _ := ckpt.Shard(t.Shard)
-		out[i] = &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed}
-	}
-	return out
-}
-
-// Model is the plugin's view of ckpt.
-func Model(ckpt *checkpoint.Checkpoint) *pb.Model {
-	return &pb.Model{ConfigJson: ckpt.ConfigJSON, Tensors: inventory(ckpt)}
+// Model is the plugin's view of ckpt: every tensor's key, dtype and shape,
+// a quantised weight as one float32 tensor (q.Inventory).
+func Model(ckpt *checkpoint.Checkpoint, q *quant.View) *pb.Model {
+	return &pb.Model{ConfigJson: ckpt.ConfigJSON, Tensors: q.Inventory(ckpt)}
 }
 
 // buildParts asks the plugin whether it can export the model (and, with

@@ -424,7 +424,7 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 	for _, p := range parts {
 		bindings, _ := layerBindings(p.resp, p.layer)
 		for _, b := range bindings {
-			expr, err := weights.BindingExpr(b)
+			expr, err := weights.BindingExpr(b, e.quant)
 			if err != nil {
 				return nil, fmt.Errorf("plugin binding for %s: %w", b.GetInput(), err)
 			}

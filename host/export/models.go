@@ -74,7 +74,7 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 		return separateModel{}, fmt.Errorf("plugin %s: Build model %s returned no function", e.plugin.Path, name)
 	}
 	b := graph.New(name)
-	table := weights.NewTable(e.ckpt, e.compute, b, e.opts.Weights, WeightsDir+"/"+name+".safetensors")
+	table := weights.NewTable(e.ckpt, e.quant, e.compute, b, e.opts.Weights, WeightsDir+"/"+name+".safetensors")
 	inputs, err := e.declare(spec.GetInputs(), b.Input)
 	if err != nil {
 		return separateModel{}, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/quant"
 	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -35,6 +36,7 @@ var Modes = []string{Reference, Materialize}
 // Materialize computes.
 type Table struct {
 	ckpt    *checkpoint.Checkpoint
+	quant   *quant.View // quantised weights: a binding of one is its dequantisation
 	compute dtype.DType
 	mode    string
 	b       *graph.Builder
@@ -59,8 +61,8 @@ type pending struct {
 
 // NewTable collects the weights of ckpt into b, in mode (Reference or
 // Materialize, writing to dataPath).
-func NewTable(ckpt *checkpoint.Checkpoint, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
-	return &Table{ckpt: ckpt, compute: compute, mode: mode, b: b, DataPath: dataPath,
+func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
+	return &Table{ckpt: ckpt, quant: q, compute: compute, mode: mode, b: b, DataPath: dataPath,
 		byExpr: map[string]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
@@ -99,18 +101,37 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 }
 
 // BindingExpr is the weight a binding names: a checkpoint key as stored, or
-// an expression over keys.
-func BindingExpr(wb *pb.WeightBinding) (*transform.Expr, error) {
+// an expression over keys; a quantised weight's key stands for its
+// dequantisation over the stored tensors.
+func BindingExpr(wb *pb.WeightBinding, q *quant.View) (*transform.Expr, error) {
+	e := transform.Leaf(wb.GetKey())
 	if wb.GetWeight() != nil {
-		return transform.FromProto(wb.GetWeight())
+		var err error
+		if e, err = transform.FromProto(wb.GetWeight()); err != nil {
+			return nil, err
+		}
 	}
-	return transform.Leaf(wb.GetKey()), nil
+	if err := refuseStoredParts(e, q); err != nil {
+		return nil, err
+	}
+	return q.Expand(e), nil
+}
+
+// refuseStoredParts: a plugin binds a quantised weight by its logical key,
+// never its packed tensor or a scale (which it is not shown).
+func refuseStoredParts(e *transform.Expr, q *quant.View) error {
+	for _, k := range e.Keys() {
+		if q.Stored(k) {
+			return fmt.Errorf("tensor %s is part of a quantised weight (its packed values or a scale): bind the weight by its logical key", k)
+		}
+	}
+	return nil
 }
 
 // expression reads the binding, checks it against the checkpoint, and casts
 // the result to the dtype the function wants.
 func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
-	e, err := BindingExpr(wb)
+	e, err := BindingExpr(wb, t.quant)
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestTableNamesDedupesAndRecords(t *testing.T) {
 	for _, mode := range Modes {
 		t.Run(mode, func(t *testing.T) {
 			b := graph.New("g")
-			tab := NewTable(source(t), onnxpb.TensorProto_FLOAT, b, mode, "weights/model.safetensors")
+			tab := NewTable(source(t), nil, onnxpb.TensorProto_FLOAT, b, mode, "weights/model.safetensors")
 			cases := []struct {
 				wb   *pb.WeightBinding
 				name string
@@ -112,7 +112,7 @@ func TestTableNamesDedupesAndRecords(t *testing.T) {
 }
 
 func TestTableErrorsNameTensorAndFile(t *testing.T) {
-	tab := NewTable(source(t), onnxpb.TensorProto_FLOAT, graph.New("g"), Reference, "")
+	tab := NewTable(source(t), nil, onnxpb.TensorProto_FLOAT, graph.New("g"), Reference, "")
 	cases := map[string]struct {
 		wb   *pb.WeightBinding
 		want []string
@@ -187,7 +187,7 @@ func TestMaterializeWritesWhereLayoutSays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := source(t)
 			b := graph.New("g")
-			tab := NewTable(src, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
+			tab := NewTable(src, nil, onnxpb.TensorProto_FLOAT, b, Materialize, "weights/model.safetensors")
 			tab.ShardBytes = tc.limit
 			dir := materialized(t, tab, stackBinding("e"), &pb.WeightBinding{Key: "norm"})
 			want := tc.files
@@ -275,7 +275,7 @@ func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
 		t.Helper()
 		defer func(old int64) { sliceBytes = old }(sliceBytes)
 		sliceBytes = slice
-		tab := NewTable(src, onnxpb.TensorProto_FLOAT, graph.New("g"), Materialize, "weights/model.safetensors")
+		tab := NewTable(src, nil, onnxpb.TensorProto_FLOAT, graph.New("g"), Materialize, "weights/model.safetensors")
 		experts := func(f func(weight.Expr) weight.Expr) []weight.Expr {
 			return []weight.Expr{f(weight.Tensor("experts.0.w")), f(weight.Tensor("experts.1.w")), f(weight.Tensor("experts.2.w"))}
 		}

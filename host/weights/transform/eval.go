@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"github.com/strata-llm/strata/sdk/dtype"
-	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
 // Data is a tensor's bytes, row-major and little-endian.
@@ -54,7 +53,12 @@ var evals = map[string]func(*Expr, []Data) []byte{
 	OpConcat:    evalJoin,
 	OpSlice:     evalSlice,
 	OpMXFP4:     evalMXFP4,
-	OpFP8:       evalFP8,
+	OpFP8:       evalDequant,
+	OpDequant:   evalDequant,
+	OpUnpackInt: evalUnpackInt,
+	OpUnpackFP4: evalUnpackFP4,
+	OpMul:       evalScalarArith,
+	OpDiv:       evalScalarArith,
 }
 
 func elemSize(t dtype.DType) int {
@@ -266,26 +270,4 @@ func evalMXFP4(_ *Expr, a []Data) []byte {
 		}
 	}
 	return out
-}
-
-func evalFP8(e *Expr, a []Data) []byte {
-	w, s := a[0], a[1]
-	vals := toFloat32(w.Type.DType, w.Bytes)
-	scale := toFloat32(s.Type.DType, s.Bytes)
-	if len(scale) == 1 {
-		for i := range vals {
-			vals[i] *= scale[0]
-		}
-		return fromFloat32(onnxpb.TensorProto_FLOAT, vals)
-	}
-	r := len(w.Type.Shape)
-	rows, cols := w.Type.Shape[r-2], w.Type.Shape[r-1]
-	srows, scols := s.Type.Shape[r-2], s.Type.Shape[r-1]
-	bm, bn := rows/srows, cols/scols
-	for i := range vals {
-		p, rc := int64(i)/(rows*cols), int64(i)%(rows*cols)
-		row, col := rc/cols, rc%cols
-		vals[i] *= scale[p*srows*scols+(row/bm)*scols+col/bn]
-	}
-	return fromFloat32(onnxpb.TensorProto_FLOAT, vals)
 }

@@ -25,7 +25,12 @@ const (
 	OpConcat    = "concat"
 	OpSlice     = "slice"
 	OpMXFP4     = "mxfp4_dequant"
-	OpFP8       = "fp8_dequant"
+	OpFP8       = "fp8_dequant" // dequant of an FP8 weight: the name the SDK's weight.FP8 writes
+	OpDequant   = "dequant"
+	OpUnpackInt = "unpack_int"
+	OpUnpackFP4 = "unpack_fp4"
+	OpMul       = "mul"
+	OpDiv       = "div"
 )
 
 // Type is a tensor's element type and shape.
@@ -59,8 +64,10 @@ type Expr struct {
 	Key  string  `json:"key,omitempty"`
 	Op   string  `json:"op,omitempty"`
 	Args []*Expr `json:"args,omitempty"`
-	// Parameters, by op: Ints (transpose perm, reshape shape), Axis (stack,
-	// concat, slice), Start/End/Step (slice), To (cast).
+	// Parameters, by op: Ints (transpose perm, reshape shape, dequant
+	// block, unpack_int [bits, offset]), Axis (stack, concat, slice,
+	// unpack_int), Start/End/Step (slice; End: unpack_int's unpacked
+	// length), To (cast).
 	Ints  []int64 `json:"ints,omitempty"`
 	Axis  int64   `json:"axis,omitempty"`
 	Start int64   `json:"start,omitempty"`
@@ -228,7 +235,12 @@ func init() {
 		OpConcat:    {1, 0, inferConcat},
 		OpSlice:     {1, 1, inferSlice},
 		OpMXFP4:     {2, 2, inferMXFP4},
-		OpFP8:       {2, 2, inferFP8},
+		OpFP8:       {2, 3, inferDequant},
+		OpDequant:   {2, 3, inferDequant},
+		OpUnpackInt: {1, 1, inferUnpackInt},
+		OpUnpackFP4: {1, 1, inferUnpackFP4},
+		OpMul:       {2, 2, inferScalarArith},
+		OpDiv:       {2, 2, inferScalarArith},
 	}
 }
 
@@ -250,8 +262,8 @@ func inferCast(e *Expr) (Type, error) {
 		return Type{}, fmt.Errorf("cast to %q: use float32, float16 or bfloat16", e.To)
 	}
 	src := e.Args[0].Type
-	if !isFloat(src.DType) && !isFP8(src.DType) {
-		return Type{}, fmt.Errorf("a %s tensor cannot be cast to %s; it needs a dequantising transform", dtype.Name(src.DType), e.To)
+	if !isFloat(src.DType) {
+		return Type{}, fmt.Errorf("a %s tensor cannot be cast to %s: it is quantised or packed and needs its dequantising transform (with its scales), never a plain cast", dtype.Name(src.DType), e.To)
 	}
 	return Type{to, src.Shape}, nil
 }
@@ -388,25 +400,6 @@ func inferMXFP4(e *Expr) (Type, error) {
 	shape := slices.Clone(blocks.Shape[:r-1])
 	shape[r-2] *= 32
 	return Type{onnxpb.TensorProto_FLOAT, shape}, nil
-}
-
-func inferFP8(e *Expr) (Type, error) {
-	w, s := e.Args[0].Type, e.Args[1].Type
-	if !isFP8(w.DType) || w.DType == onnxpb.TensorProto_FLOAT8E8M0 {
-		return Type{}, fmt.Errorf("needs an F8_E4M3 or F8_E5M2 weight, got %s", w)
-	}
-	if !isFloat(s.DType) && !isExponent(s.DType) {
-		return Type{}, fmt.Errorf("needs a float32, bfloat16 or exponent (U8, F8_E8M0) scale, got %s", s)
-	}
-	if s.Elements() == 1 {
-		return Type{onnxpb.TensorProto_FLOAT, w.Shape}, nil
-	}
-	r := len(w.Shape)
-	if r < 2 || len(s.Shape) != r || !slices.Equal(s.Shape[:r-2], w.Shape[:r-2]) ||
-		s.Shape[r-2] == 0 || s.Shape[r-1] == 0 || w.Shape[r-2]%s.Shape[r-2] != 0 || w.Shape[r-1]%s.Shape[r-1] != 0 {
-		return Type{}, fmt.Errorf("scale %v is not a block grid of weight %v (each weight dimension a multiple of the scale's)", s.Shape, w.Shape)
-	}
-	return Type{onnxpb.TensorProto_FLOAT, w.Shape}, nil
 }
 
 func isFloat(t dtype.DType) bool {

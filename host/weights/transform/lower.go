@@ -55,8 +55,14 @@ func (e *Expr) Lower(g Graph) (string, error) {
 		return g.Node("Slice", []string{args[0], l.int64s(e.Start), l.int64s(e.End), l.int64s(e.Axis), l.int64s(e.Step)}), nil
 	case OpMXFP4:
 		return l.mxfp4(e, args), nil
-	default: // OpFP8, checked by Infer
-		return l.fp8(e, args), nil
+	case OpUnpackInt:
+		return l.unpackInt(e, args[0]), nil
+	case OpUnpackFP4:
+		return l.unpackFP4(e, args[0]), nil
+	case OpMul, OpDiv:
+		return l.scalarArith(e, args), nil
+	default: // OpFP8, OpDequant: checked by Infer
+		return l.dequant(e, args), nil
 	}
 }
 
@@ -143,32 +149,22 @@ func (l lowering) cast(x string, from, to dtype.DType) string {
 // column, its high nibble the odd one, times 2^(scale-127).
 func (l lowering) mxfp4(e *Expr, args []string) string {
 	blocks := e.Args[0].Type.Shape
-	codes := l.g.Node("Cast", []string{args[0]}, intAttr("to", int64(onnxpb.TensorProto_INT32)))
+	grouped := append(append([]int64{}, blocks[:len(blocks)-1]...), 32) // [..., G, 32]
+	scale := l.g.Node("Unsqueeze", []string{l.decode(args[1], e.Args[1].Type.DType), l.int64s(-1)})
+	return l.reshape(l.g.Node("Mul", []string{l.fp4Pairs(args[0], grouped), scale}), e.Type.Shape)
+}
+
+// fp4Pairs decodes both E2M1 nibbles of each byte, the low one first, into
+// float32 of the given shape.
+func (l lowering) fp4Pairs(x string, shape []int64) string {
+	codes := l.g.Node("Cast", []string{x}, intAttr("to", int64(onnxpb.TensorProto_INT32)))
 	sixteen := l.int32Scalar(16)
 	fp4 := l.table(fp4Values[:])
 	low := l.g.Node("Gather", []string{fp4, l.g.Node("Mod", []string{codes, sixteen})}, intAttr("axis", 0))
 	high := l.g.Node("Gather", []string{fp4, l.g.Node("Div", []string{codes, sixteen})}, intAttr("axis", 0))
 	last := l.int64s(-1)
 	pairs := l.g.Node("Concat", []string{l.g.Node("Unsqueeze", []string{low, last}), l.g.Node("Unsqueeze", []string{high, last})}, intAttr("axis", -1))
-	grouped := append(append([]int64{}, blocks[:len(blocks)-1]...), 32) // [..., G, 32]
-	scale := l.g.Node("Unsqueeze", []string{l.decode(args[1], e.Args[1].Type.DType), last})
-	return l.reshape(l.g.Node("Mul", []string{l.reshape(pairs, grouped), scale}), e.Type.Shape)
-}
-
-// fp8 multiplies the decoded weight by its scale, one value or one per
-// block of the [..., R, C] grid, in float32 as transformers does.
-func (l lowering) fp8(e *Expr, args []string) string {
-	wt, st := e.Args[0].Type, e.Args[1].Type
-	w, s := l.decode(args[0], wt.DType), l.toFloat32(args[1], st.DType)
-	if st.Elements() == 1 {
-		return l.g.Node("Mul", []string{w, l.reshape(s, []int64{1})})
-	}
-	r := len(wt.Shape)
-	rows, cols, srows, scols := wt.Shape[r-2], wt.Shape[r-1], st.Shape[r-2], st.Shape[r-1]
-	lead := prod(wt.Shape[:r-2])
-	blocked := l.reshape(w, []int64{lead, srows, rows / srows, scols, cols / scols})
-	scale := l.reshape(s, []int64{lead, srows, 1, scols, 1})
-	return l.reshape(l.g.Node("Mul", []string{blocked, scale}), wt.Shape)
+	return l.reshape(pairs, shape)
 }
 
 func intAttr(name string, v int64) *onnxpb.AttributeProto {

@@ -137,6 +137,7 @@ func TestInferErrors(t *testing.T) {
 		"scales": {onnxpb.TensorProto_UINT8, []int64{2, 4}},
 		"fp8":    {onnxpb.TensorProto_FLOAT8E4M3FN, []int64{256, 256}},
 		"grid":   {onnxpb.TensorProto_FLOAT, []int64{3, 2}},
+		"i32":    {onnxpb.TensorProto_INT32, []int64{4, 2}},
 	}
 	lookup := func(k string) (Type, error) {
 		if t, ok := types[k]; ok {
@@ -152,7 +153,16 @@ func TestInferErrors(t *testing.T) {
 		"unknown op":            {op("frobnicate", Leaf("w")), `unknown weight transform "frobnicate"`},
 		"missing key":           {Leaf("nope"), "file does not exist"},
 		"cast to int":           {Cast(Leaf("w"), "int32"), `cast to "int32"`},
-		"cast bytes":            {Cast(Leaf("u8"), "float32"), "needs a dequantising transform"},
+		"cast bytes":            {Cast(Leaf("u8"), "float32"), "needs its dequantising transform"},
+		"cast fp8":              {Cast(Leaf("fp8"), "float32"), "never a plain cast"},
+		"block grid too small":  {&Expr{Op: OpDequant, Args: []*Expr{Leaf("fp8"), Leaf("grid")}, Ints: []int64{128, 128}}, "is not the grid of [128 128] blocks"},
+		"block of one size":     {&Expr{Op: OpDequant, Args: []*Expr{Leaf("fp8"), Leaf("grid")}, Ints: []int64{128}}, "give rows and columns"},
+		"zero point shape":      {op(OpDequant, Leaf("fp8"), Leaf("grid"), Leaf("w")), "zero point [4 6] must have the scale's shape"},
+		"unpack float":          {&Expr{Op: OpUnpackInt, Args: []*Expr{Leaf("w")}, Ints: []int64{4, 8}}, "unpacks int32 words"},
+		"unpack bits":           {&Expr{Op: OpUnpackInt, Args: []*Expr{Leaf("i32")}, Ints: []int64{3, 4}}, "bits 2, 4 or 8"},
+		"unpack too long":       {&Expr{Op: OpUnpackInt, Args: []*Expr{Leaf("i32")}, Ints: []int64{4, 8}, Axis: 1, End: 99}, "do not pack into"},
+		"unpack fp4 of floats":  {op(OpUnpackFP4, Leaf("w")), "unpacks U8 bytes"},
+		"mul shapes":            {op(OpMul, Leaf("w"), Leaf("v")), "neither one value nor of shape"},
 		"bad permutation":       {&Expr{Op: OpTranspose, Args: []*Expr{Leaf("w")}, Ints: []int64{0, 0}}, "not a permutation"},
 		"reshape count":         {&Expr{Op: OpReshape, Args: []*Expr{Leaf("w")}, Ints: []int64{5, 5}}, "cannot reshape"},
 		"stack shapes":          {op(OpStack, Leaf("w"), Leaf("v")), "argument 1 has shape [4 5]"},

@@ -1,0 +1,370 @@
+package quant
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/strata-llm/strata/host/weights/transform"
+)
+
+// compressed-tensors (llm-compressor) formats strata reads.
+const (
+	ctFloat = "float-quantized" // F8_E4M3 weight + weight_scale
+	ctPack  = "pack-quantized"  // int32 weight_packed + weight_scale (+ packed weight_zero_point) + weight_shape
+	ctInt   = "int-quantized"   // int8 weight + weight_scale (+ weight_zero_point)
+	ctNaive = "naive-quantized" // as int-quantized
+	ctDense = "dense"           // weights stored as floats
+)
+
+type ctArgs struct {
+	NumBits        int64   `json:"num_bits"`
+	Type           string  `json:"type"`
+	Symmetric      *bool   `json:"symmetric"`
+	Strategy       string  `json:"strategy"`
+	GroupSize      int64   `json:"group_size"`
+	BlockStructure []int64 `json:"block_structure"`
+	Dynamic        any     `json:"dynamic"`
+	ActOrder       any     `json:"actorder"`
+}
+
+type ctGroup struct {
+	name    string
+	Targets []string        `json:"targets"`
+	Weights *ctArgs         `json:"weights"`
+	Input   json.RawMessage `json:"input_activations"`
+	Output  json.RawMessage `json:"output_activations"`
+	Format  string          `json:"format"`
+}
+
+// compressedTensors reads quant_method "compressed-tensors": config groups
+// of weight quantisation (float 8-bit, int 4/8-bit; tensor, channel, group
+// or block), matched to modules by their targets, with ignore.
+func (r *resolver) compressedTensors(cfg config) error {
+	for _, field := range []string{"kv_cache_scheme", "sparsity_config", "transform_config"} {
+		if !isNull(cfg[field]) {
+			return fmt.Errorf("quantization_config.%s is set (%s): strata does not implement it, and it changes the math", field, compact(cfg[field]))
+		}
+	}
+	if s := cfg.str("quantization_status"); s != "" && s != "compressed" && s != "frozen" {
+		return fmt.Errorf("quantization_config.quantization_status %q is not supported: strata reads compressed checkpoints", s)
+	}
+	var groups map[string]*ctGroup
+	if err := json.Unmarshal(cfg["config_groups"], &groups); err != nil || len(groups) == 0 {
+		return fmt.Errorf("quantization_config.config_groups: %s", orMissing(err))
+	}
+	ignore, err := rawStrings(cfg["ignore"])
+	if err != nil {
+		return fmt.Errorf("quantization_config.ignore: %w", err)
+	}
+	r.view.Excluded = ignore
+	top := cfg.str("format")
+	var sorted []*ctGroup
+	for name, g := range groups {
+		g.name = name
+		if g.Format == "" {
+			g.Format = top
+		}
+		if err := g.check(); err != nil {
+			return err
+		}
+		sorted = append(sorted, g)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	var formats []string
+	for _, g := range sorted {
+		formats = append(formats, g.describe())
+	}
+	r.view.Format = "compressed-tensors " + strings.Join(formats, "; ")
+	ig, err := compileTargets(ignore)
+	if err != nil {
+		return fmt.Errorf("quantization_config.ignore: %w", err)
+	}
+	for _, m := range r.quantizedModules() {
+		g, err := matchGroup(sorted, m)
+		if err != nil {
+			return err
+		}
+		if g == nil || ig.match(m) {
+			return fmt.Errorf("module %s holds quantised tensors but no config group of quantization_config targets it (or it is in ignore)", m)
+		}
+		if err := r.ctModule(m, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func orMissing(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "missing or empty"
+}
+
+func compact(raw json.RawMessage) string {
+	s := strings.Join(strings.Fields(string(raw)), " ")
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+// check refuses what a group asks that strata does not compute.
+func (g *ctGroup) check() error {
+	at := "quantization_config.config_groups." + g.name
+	if !isNull(g.Input) {
+		return fmt.Errorf("%s.input_activations quantises activations (%s): strata does not emulate activation quantisation; export a weight-only checkpoint, or dequantise this one (strata convert --quantize none)", at, compact(g.Input))
+	}
+	if !isNull(g.Output) {
+		return fmt.Errorf("%s.output_activations quantises outputs (%s): strata does not implement it", at, compact(g.Output))
+	}
+	switch g.Format {
+	case ctFloat, ctPack, ctInt, ctNaive, ctDense:
+	default:
+		return fmt.Errorf("%s.format %q is not supported: strata reads %s, %s, %s and %s", at, g.Format, ctFloat, ctPack, ctInt, ctDense)
+	}
+	w := g.Weights
+	if w == nil {
+		return fmt.Errorf("%s has no weights quantisation", at)
+	}
+	switch {
+	case w.Type == "float" && w.NumBits == 8, w.Type == "int" && (w.NumBits == 4 || w.NumBits == 8 || w.NumBits == 2):
+	default:
+		return fmt.Errorf("%s.weights: %s %d-bit weights are not supported: strata reads float 8-bit and int 2-, 4- and 8-bit", at, w.Type, w.NumBits)
+	}
+	switch w.Strategy {
+	case "tensor", "channel":
+	case "group":
+		if w.GroupSize <= 0 {
+			return fmt.Errorf("%s.weights.group_size %d: group strategy needs a positive group size", at, w.GroupSize)
+		}
+	case "block":
+		if len(w.BlockStructure) != 2 || w.BlockStructure[0] <= 0 || w.BlockStructure[1] <= 0 {
+			return fmt.Errorf("%s.weights.block_structure %v: block strategy needs two positive sizes", at, w.BlockStructure)
+		}
+	default:
+		return fmt.Errorf("%s.weights.strategy %q is not supported: strata reads tensor, channel, group and block", at, w.Strategy)
+	}
+	if d, _ := w.Dynamic.(bool); d || w.Dynamic == "local" {
+		return fmt.Errorf("%s.weights.dynamic is %v: dynamic weight scales are not stored, so strata cannot read them", at, w.Dynamic)
+	}
+	if a, ok := w.ActOrder.(string); ok && a == "group" {
+		return fmt.Errorf("%s.weights.actorder \"group\" (activation-ordered groups, weight_g_idx) is not supported", at)
+	}
+	return nil
+}
+
+func (g *ctGroup) describe() string {
+	w := g.Weights
+	s := fmt.Sprintf("%s: %s %d-bit weights", g.Format, w.Type, w.NumBits)
+	switch w.Strategy {
+	case "group":
+		s += fmt.Sprintf(", groups of %d", w.GroupSize)
+	case "block":
+		s += fmt.Sprintf(", %d×%d blocks", w.BlockStructure[0], w.BlockStructure[1])
+	default:
+		s += ", per " + w.Strategy
+	}
+	if w.Symmetric != nil && !*w.Symmetric {
+		s += ", asymmetric"
+	}
+	return s
+}
+
+// targets are compressed-tensors' module targets: "re:" patterns (matched
+// from the start of the name, as Python's re.match), exact module names,
+// and class names ("Linear"), which match any module holding quantised
+// tensors.
+type targets struct {
+	names   []string
+	res     []*regexp.Regexp
+	classes bool
+}
+
+func compileTargets(list []string) (targets, error) {
+	var t targets
+	for _, s := range list {
+		switch {
+		case strings.HasPrefix(s, "re:"):
+			re, err := regexp.Compile("^(?:" + s[3:] + ")")
+			if err != nil {
+				return t, fmt.Errorf("target %q is a pattern strata cannot read: %w", s, err)
+			}
+			t.res = append(t.res, re)
+		case isClassName(s):
+			t.classes = true
+		default:
+			t.names = append(t.names, s)
+		}
+	}
+	return t, nil
+}
+
+func isClassName(s string) bool {
+	return s != "" && unicode.IsUpper(rune(s[0])) && !strings.Contains(s, ".")
+}
+
+// matchByName reports a name or pattern match (not a class match).
+func (t targets) matchByName(m string) bool {
+	if slices.Contains(t.names, m) {
+		return true
+	}
+	for _, re := range t.res {
+		if re.MatchString(m) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t targets) match(m string) bool { return t.matchByName(m) }
+
+// matchGroup is the group whose targets name m, else the one whose class
+// target applies; two equally good matches are ambiguous.
+func matchGroup(groups []*ctGroup, m string) (*ctGroup, error) {
+	var byName, byClass []*ctGroup
+	for _, g := range groups {
+		t, err := compileTargets(g.Targets)
+		if err != nil {
+			return nil, fmt.Errorf("quantization_config.config_groups.%s.targets: %w", g.name, err)
+		}
+		if t.matchByName(m) {
+			byName = append(byName, g)
+		} else if t.classes {
+			byClass = append(byClass, g)
+		}
+	}
+	for _, found := range [][]*ctGroup{byName, byClass} {
+		switch len(found) {
+		case 0:
+			continue
+		case 1:
+			return found[0], nil
+		default:
+			return nil, fmt.Errorf("module %s is targeted by config groups %s and %s: strata cannot tell which quantisation it has", m, found[0].name, found[1].name)
+		}
+	}
+	return nil, nil
+}
+
+// quantizedModules lists the modules whose weight is stored quantised:
+// packed, FP8 or int8 beside a weight_scale.
+func (r *resolver) quantizedModules() []string {
+	var out []string
+	for _, k := range r.ckpt.Keys() {
+		m, ok := strings.CutSuffix(k, ".weight_scale")
+		if !ok {
+			continue
+		}
+		if _, packed := r.tensor(m + ".weight_packed"); packed {
+			out = append(out, m)
+		} else if w, ok := r.tensor(m + ".weight"); ok && !isFloatDType(w.DType) {
+			out = append(out, m)
+		}
+	}
+	for _, k := range r.ckpt.Keys() { // a packed or FP8 weight without its scale
+		m := moduleOf(k)
+		t, _ := r.tensor(k)
+		if (strings.HasSuffix(k, ".weight_packed") || strings.HasSuffix(k, ".weight") && !isFloatDType(t.DType) && t.DType != "I64") && !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func isFloatDType(dt string) bool { return dt == "F32" || dt == "BF16" || dt == "F16" || dt == "F64" }
+
+// ctModule resolves one module's weight under its group.
+func (r *resolver) ctModule(m string, g *ctGroup) error {
+	w := g.Weights
+	scale := m + ".weight_scale"
+	st, ok := r.tensor(scale)
+	if !ok {
+		return fmt.Errorf("module %s is quantised (%s) but %s, its scale, is missing from the checkpoint", m, g.Format, scale)
+	}
+	var q *transform.Expr
+	key := m + ".weight"
+	switch g.Format {
+	case ctPack:
+		packed := m + ".weight_packed"
+		pt, ok := r.tensor(packed)
+		if !ok {
+			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, ctPack, packed)
+		}
+		if w.Type != "int" {
+			return fmt.Errorf("module %s: %s holds int weights, but its config group says %s", m, ctPack, w.Type)
+		}
+		if len(pt.Shape) < 2 {
+			return fmt.Errorf("tensor %s has shape %v: packed weights are [out, words]", packed, pt.Shape)
+		}
+		cols := r.unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
+		q = &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
+			Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
+		if _, ok := r.tensor(m + ".weight_shape"); ok {
+			r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
+		}
+	case ctFloat, ctInt, ctNaive:
+		if _, ok := r.tensor(key); !ok {
+			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, g.Format, key)
+		}
+		q = transform.Leaf(key)
+	default:
+		return fmt.Errorf("module %s holds quantised tensors, but its config group's format is %s", m, g.Format)
+	}
+	args := []*transform.Expr{q, transform.Leaf(scale)}
+	if zp := m + ".weight_zero_point"; r.has(zp) {
+		if w.Symmetric == nil || *w.Symmetric {
+			return fmt.Errorf("tensor %s is a zero point, but config group %s is symmetric", zp, g.name)
+		}
+		args = append(args, r.zeroPoint(zp, w, st.Shape, g.Format == ctPack))
+	} else if w.Symmetric != nil && !*w.Symmetric {
+		return fmt.Errorf("module %s is quantised asymmetrically (config group %s) but %s, its zero point, is missing", m, g.name, zp)
+	}
+	e := &transform.Expr{Op: transform.OpDequant, Args: args}
+	switch w.Strategy {
+	case "group":
+		e.Ints = []int64{1, w.GroupSize}
+	case "block":
+		e.Ints = slices.Clone(w.BlockStructure)
+	}
+	// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype)):
+	// a bfloat16 or float16 scale rounds the result to it.
+	if st.DType == "BF16" || st.DType == "F16" {
+		e = transform.Cast(e, map[string]string{"BF16": "bfloat16", "F16": "float16"}[st.DType])
+	}
+	return r.add(key, e)
+}
+
+func (r *resolver) has(key string) bool { _, ok := r.tensor(key); return ok }
+
+// unpackedColumns is a packed weight's input width: the scale's groups for
+// group strategy (exact, as compressed-tensors derives it), else every value
+// the words hold (real widths are multiples of the values per word).
+func (r *resolver) unpackedColumns(words int64, w *ctArgs, scaleShape []int64) int64 {
+	full := words * (32 / w.NumBits)
+	if w.Strategy == "group" && len(scaleShape) > 0 {
+		if cols := scaleShape[len(scaleShape)-1] * w.GroupSize; cols < full {
+			return cols
+		}
+	}
+	return full
+}
+
+// zeroPoint is a weight_zero_point as the dequant reads it: in
+// pack-quantized, group and channel zero points are int codes packed into
+// int32 words along the output axis (pack_to_int32's packed_dim 0).
+func (r *resolver) zeroPoint(key string, w *ctArgs, scaleShape []int64, packed bool) *transform.Expr {
+	t, _ := r.tensor(key)
+	if !packed || t.DType != "I32" || len(scaleShape) < 2 || w.Strategy != "group" && w.Strategy != "channel" {
+		return transform.Leaf(key)
+	}
+	axis := int64(len(t.Shape) - 2)
+	return &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(key)},
+		Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: axis, End: scaleShape[axis]}
+}

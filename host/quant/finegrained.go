@@ -1,0 +1,78 @@
+package quant
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/strata-llm/strata/host/weights/transform"
+)
+
+// fineGrainedFP8 reads quant_method "fp8" (transformers' FineGrainedFP8, as
+// DeepSeek-V3, Qwen3-*-FP8, GLM-4.x-FP8 and MiniMax-M2 ship): an F8_E4M3
+// weight and an F32 <weight>_scale_inv per weight_block_size block (per
+// expert, fused or not). The scale grid is ceil-divided: edge blocks may be
+// partial, as the quantiser and vLLM's kernels treat them.
+//
+// Activations: "dynamic" quantises them per token group on a GPU kernel
+// only; transformers on CPU dequantises the weights and computes in float,
+// and so does the export.
+func (r *resolver) fineGrainedFP8(cfg config) error {
+	if f := cfg.str("fmt"); f != "" && f != "e4m3" {
+		return fmt.Errorf("quantization_config.fmt %q is not supported: fine-grained FP8 checkpoints strata reads store e4m3", f)
+	}
+	if a := cfg.str("activation_scheme"); a != "" && a != "dynamic" {
+		return fmt.Errorf("quantization_config.activation_scheme %q is not supported: static FP8 activation scales change the math, and only \"dynamic\" (computed in float when dequantised, as transformers does on CPU) is", a)
+	}
+	var block []int64
+	if raw := cfg["weight_block_size"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &block); err != nil || len(block) != 2 || block[0] <= 0 || block[1] <= 0 {
+			return fmt.Errorf("quantization_config.weight_block_size %s: want two positive sizes, such as [128, 128]", raw)
+		}
+	}
+	excluded, err := rawStrings(cfg["modules_to_not_convert"])
+	if err != nil {
+		return fmt.Errorf("quantization_config.modules_to_not_convert: %w", err)
+	}
+	r.view.Excluded = excluded
+	r.view.Format = "fine-grained FP8 (E4M3 weights, float32 weight_scale_inv per tensor)"
+	if block != nil {
+		r.view.Format = fmt.Sprintf("fine-grained FP8 (E4M3 weights, float32 weight_scale_inv per %d×%d block)", block[0], block[1])
+	}
+	if cfg.str("activation_scheme") == "dynamic" {
+		r.view.Notes = append(r.view.Notes, "activation_scheme dynamic: activations stay in the compute dtype (transformers dequantises FP8 weights on CPU and does the same)")
+	}
+	for _, k := range r.ckpt.Keys() {
+		t, _ := r.tensor(k)
+		if t.DType != "F8_E4M3" {
+			if t.DType == "F8_E5M2" {
+				return fmt.Errorf("tensor %s is F8_E5M2, but quantization_config (fp8) says e4m3", k)
+			}
+			continue
+		}
+		scale := k + "_scale_inv" // weight -> weight_scale_inv; gate_up_proj -> gate_up_proj_scale_inv
+		if _, ok := r.tensor(scale); !ok {
+			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
+		}
+		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(k), transform.Leaf(scale)}}
+		if block != nil && !scalarShape(r, scale) {
+			e.Ints = block
+		}
+		if err := r.add(k, e); err != nil {
+			return err
+		}
+	}
+	for _, k := range r.ckpt.Keys() {
+		if base, ok := strings.CutSuffix(k, ".input_scale"); ok && r.view.weights[base+".weight"] != nil {
+			return fmt.Errorf("tensor %s is a static activation scale, which fine-grained FP8 with dynamic activations does not have; strata does not apply static activation scales", k)
+		}
+	}
+	return nil
+}
+
+// scalarShape: the tensor is one value of rank below 2 (a per-tensor
+// scale); a [1, 1] grid is still checked against the block size.
+func scalarShape(r *resolver, key string) bool {
+	t, _ := r.tensor(key)
+	return t.Elements() == 1 && len(t.Shape) < 2
+}

@@ -1,0 +1,135 @@
+package quant
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/strata-llm/strata/host/weights/transform"
+)
+
+// ModelOpt's quantisation algorithms strata reads.
+const (
+	moFP8   = "FP8"
+	moNVFP4 = "NVFP4"
+)
+
+// modelOptConfig turns hf_quant_config.json ({"producer": ..., "quantization":
+// {"quant_algo", "group_size", "exclude_modules", "kv_cache_quant_algo"}})
+// into a quantization_config of quant_method "modelopt".
+func modelOptConfig(data []byte) (config, error) {
+	var file struct {
+		Producer     json.RawMessage `json:"producer"`
+		Quantization config          `json:"quantization"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		return nil, fmt.Errorf("%s: %w", ModelOptFile, err)
+	}
+	if file.Quantization == nil {
+		return nil, fmt.Errorf("%s has no \"quantization\" object: strata cannot tell how the weights are quantised", ModelOptFile)
+	}
+	cfg := config{"quant_method": json.RawMessage(`"modelopt"`)}
+	for k, v := range file.Quantization {
+		cfg[k] = v
+	}
+	return cfg, nil
+}
+
+// modelOpt reads NVIDIA ModelOpt exports: NVFP4 (U8 weight of two E2M1
+// codes a byte, F8_E4M3 weight_scale per group of 16, F32 weight_scale_2)
+// and FP8 (F8_E4M3 weight, F32 weight_scale per tensor or channel).
+//
+// Their input_scale (static activation quantisation) is not applied: the
+// export computes activations in float, as vLLM's weight-only kernels for
+// these formats (Marlin W4A16 / W8A16) do on GPUs without FP4/FP8 units.
+func (r *resolver) modelOpt(cfg config) error {
+	if inner, ok := cfg["quantization"]; ok { // config.json may nest hf_quant_config's object
+		var q config
+		if err := json.Unmarshal(inner, &q); err == nil {
+			for k, v := range q {
+				cfg[k] = v
+			}
+		}
+	}
+	algo := cfg.str("quant_algo")
+	var group int64 = 16
+	if raw := cfg["group_size"]; !isNull(raw) {
+		if err := json.Unmarshal(raw, &group); err != nil || group <= 0 {
+			return fmt.Errorf("quantization_config.group_size %s: want a positive group size", raw)
+		}
+	}
+	excluded, err := rawStrings(cfg["exclude_modules"])
+	if err != nil {
+		return fmt.Errorf("quantization_config.exclude_modules: %w", err)
+	}
+	r.view.Excluded = excluded
+	switch algo {
+	case moNVFP4:
+		r.view.Format = fmt.Sprintf("ModelOpt NVFP4 (E2M1 weights, E4M3 weight_scale per group of %d, float32 weight_scale_2)", group)
+	case moFP8:
+		r.view.Format = "ModelOpt FP8 (E4M3 weights, float32 weight_scale)"
+	default:
+		return fmt.Errorf("ModelOpt quant_algo %q is not supported: strata reads %s and %s", algo, moFP8, moNVFP4)
+	}
+	if kv := cfg.str("kv_cache_quant_algo"); kv != "" {
+		r.view.Notes = append(r.view.Notes, fmt.Sprintf("kv_cache_quant_algo %s: the KV cache stays in the compute dtype (its k_scale/v_scale are not applied, as vLLM's default kv_cache_dtype \"auto\" does)", kv))
+	}
+	for _, k := range r.ckpt.Keys() {
+		switch {
+		case strings.HasSuffix(k, ".input_scale"):
+			r.hide(k, "static activation scale: activations are computed in float (weight-only)")
+		case strings.HasSuffix(k, ".k_scale"), strings.HasSuffix(k, ".v_scale"):
+			r.hide(k, "KV-cache scale: the cache stays in the compute dtype")
+		}
+	}
+	if hidden := len(r.view.hidden); hidden > 0 {
+		r.view.Notes = append(r.view.Notes, fmt.Sprintf("%d activation and KV-cache scales are not applied: weight-only dequantisation, as vLLM's Marlin kernels compute on GPUs without native %s", hidden, algo))
+	}
+	for _, k := range r.ckpt.Keys() {
+		m, ok := strings.CutSuffix(k, ".weight_scale")
+		if !ok {
+			continue
+		}
+		if err := r.modelOptModule(m, algo, group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *resolver) modelOptModule(m, algo string, group int64) error {
+	key, scale := m+".weight", m+".weight_scale"
+	w, ok := r.tensor(key)
+	if !ok {
+		return fmt.Errorf("tensor %s is a weight scale but %s is missing from the checkpoint", scale, key)
+	}
+	switch algo {
+	case moNVFP4:
+		if w.DType != "U8" {
+			return fmt.Errorf("tensor %s is %s, but NVFP4 weights are U8 bytes of two E2M1 codes", key, w.DType)
+		}
+		scale2 := m + ".weight_scale_2"
+		if _, ok := r.tensor(scale2); !ok {
+			return fmt.Errorf("module %s is NVFP4 but %s, its second-level scale, is missing from the checkpoint", m, scale2)
+		}
+		combined := &transform.Expr{Op: transform.OpMul, Args: []*transform.Expr{transform.Leaf(scale), transform.Leaf(scale2)}}
+		codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{transform.Leaf(key)}}
+		return r.add(key, &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{codes, combined}, Ints: []int64{1, group}})
+	default:
+		if w.DType != "F8_E4M3" {
+			return fmt.Errorf("tensor %s is %s, but ModelOpt FP8 weights are F8_E4M3", key, w.DType)
+		}
+		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(key), r.channelScale(scale)}}
+		return r.add(key, e)
+	}
+}
+
+// channelScale reads a per-channel scale [out] as the [out, 1] grid the
+// dequant takes; a per-tensor one as it is.
+func (r *resolver) channelScale(key string) *transform.Expr {
+	t, _ := r.tensor(key)
+	if len(t.Shape) == 1 && t.Shape[0] > 1 {
+		return &transform.Expr{Op: transform.OpReshape, Args: []*transform.Expr{transform.Leaf(key)}, Ints: []int64{t.Shape[0], 1}}
+	}
+	return transform.Leaf(key)
+}

@@ -1,0 +1,341 @@
+// Package quant reads how a checkpoint is quantised — config.json's
+// quantization_config, ModelOpt's hf_quant_config.json — and presents each
+// quantised weight as one thing: its logical key and shape, and the
+// expression that dequantises it from the stored tensors (the weight, its
+// scales, zero points, packing). Plugins see only the logical weights; the
+// host lowers the expression in the graph or computes it (materialise).
+//
+// Whatever strata does not implement — a method, a format, a strategy, a
+// dtype, activation or KV-cache quantisation that changes the math — is
+// refused naming it, and so is a quantised tensor without its scale.
+package quant
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/weights/transform"
+	"github.com/strata-llm/strata/sdk/dtype"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+// ModelOptFile is where NVIDIA ModelOpt records its quantisation.
+const ModelOptFile = "hf_quant_config.json"
+
+// Weight is one quantised weight as plugins see it.
+type Weight struct {
+	Key   string  // logical key: the name an unquantised checkpoint gives it
+	Shape []int64 // logical shape
+	// Expr dequantises the stored tensors to float32 (after Infer).
+	Expr *transform.Expr
+}
+
+// View is a checkpoint's quantisation: the scheme, and its quantised
+// weights by logical key. The zero View is an unquantised checkpoint.
+type View struct {
+	Method   string   // quant_method as the config names it ("" when none)
+	Format   string   // a human description: format, dtype, block or group
+	Excluded []string // modules the config keeps unquantised
+	// Notes are what the user should know: what strata does not apply
+	// (activation quantisation transformers does not apply either, KV scales).
+	Notes []string
+	// PluginHandled: the plugin binds the stored tensors itself (gpt-oss
+	// MXFP4 blocks and scales, which its SDK layer dequantises).
+	PluginHandled bool
+
+	weights map[string]*Weight
+	parts   map[string]string // stored key -> logical key it is part of
+	hidden  map[string]string // stored key -> why it is not a weight (activation, KV scales)
+}
+
+// Quantized reports whether the checkpoint holds quantised weights strata
+// dequantises.
+func (v *View) Quantized() bool { return v != nil && len(v.weights) > 0 }
+
+// Weight is the quantised weight with logical key, if there is one.
+func (v *View) Weight(key string) (*Weight, bool) {
+	if v == nil {
+		return nil, false
+	}
+	w, ok := v.weights[key]
+	return w, ok
+}
+
+// Weights lists the quantised weights by logical key.
+func (v *View) Weights() []*Weight {
+	if v == nil {
+		return nil
+	}
+	out := make([]*Weight, 0, len(v.weights))
+	for _, w := range v.weights {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Stored reports whether key is a stored part of a quantised weight (a
+// packed tensor, a scale, a zero point) or a scale strata does not use: a
+// tensor plugins never see. The logical key itself, when the stored weight
+// has its name (an FP8 weight), is the weight, not a part.
+func (v *View) Stored(key string) bool {
+	if v == nil {
+		return false
+	}
+	if _, logical := v.weights[key]; logical {
+		return false
+	}
+	_, part := v.parts[key]
+	_, hidden := v.hidden[key]
+	return part || hidden
+}
+
+// Auxiliary reports whether key is a stored tensor that is no parameter:
+// a scale, a zero point, a packing shape, an unused activation scale.
+func (v *View) Auxiliary(key string) bool {
+	if !v.Stored(key) {
+		return false
+	}
+	logical, ok := v.parts[key]
+	return !ok || v.weights[logical].Expr.Keys()[0] != key
+}
+
+// Expand replaces each leaf of e that names a quantised weight by its
+// dequantisation (a fresh copy), leaving every other leaf as it is.
+func (v *View) Expand(e *transform.Expr) *transform.Expr {
+	if v == nil || len(v.weights) == 0 {
+		return e
+	}
+	if e.IsLeaf() {
+		if w, ok := v.weights[e.Key]; ok {
+			return clone(w.Expr)
+		}
+		return e
+	}
+	out := *e
+	out.Args = make([]*transform.Expr, len(e.Args))
+	for i, a := range e.Args {
+		out.Args[i] = v.Expand(a)
+	}
+	return &out
+}
+
+func clone(e *transform.Expr) *transform.Expr {
+	out := *e
+	out.Ints = slices.Clone(e.Ints)
+	out.Args = make([]*transform.Expr, len(e.Args))
+	for i, a := range e.Args {
+		out.Args[i] = clone(a)
+	}
+	return &out
+}
+
+// Inventory is the plugin's view of the checkpoint: every tensor as stored,
+// except that a quantised weight is one float32 tensor of its logical
+// shape, and its stored parts (and unused scales) are not listed.
+func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
+	keys := ckpt.Keys()
+	out := make([]*pb.TensorInfo, 0, len(keys))
+	for _, k := range keys {
+		if _, quantized := v.Weight(k); quantized || v.Stored(k) {
+			continue
+		}
+		t, _ := ckpt.Tensor(k)
+		sh, _ := ckpt.Shard(t.Shard)
+		out = append(out, &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed})
+	}
+	for _, w := range v.Weights() {
+		first := w.Expr.Keys()[0]
+		t, _ := ckpt.Tensor(first)
+		sh, _ := ckpt.Shard(t.Shard)
+		out = append(out, &pb.TensorInfo{Key: w.Key, Dtype: "F32", Shape: w.Shape, Unindexed: sh.Unindexed})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Read reads ckpt's quantisation and resolves every quantised weight
+// against its tensors. An unquantised checkpoint gives an empty View.
+func Read(ckpt *checkpoint.Checkpoint) (*View, error) {
+	cfg, err := quantConfig(ckpt)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolver{ckpt: ckpt, view: &View{weights: map[string]*Weight{}, parts: map[string]string{}, hidden: map[string]string{}}}
+	if cfg != nil {
+		if err := r.scheme(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.strays(); err != nil {
+		return nil, err
+	}
+	return r.view, nil
+}
+
+// config is a quantization_config, kept raw: each method reads its fields.
+type config map[string]json.RawMessage
+
+func (c config) str(key string) string {
+	var s string
+	_ = json.Unmarshal(c[key], &s)
+	return s
+}
+
+// quantConfig is config.json's quantization_config (also under
+// text_config, as multimodal releases nest it), else ModelOpt's
+// hf_quant_config.json turned into one.
+func quantConfig(ckpt *checkpoint.Checkpoint) (config, error) {
+	var top struct {
+		Quant      config `json:"quantization_config"`
+		TextConfig struct {
+			Quant config `json:"quantization_config"`
+		} `json:"text_config"`
+	}
+	if err := json.Unmarshal(ckpt.ConfigJSON, &top); err != nil {
+		return nil, fmt.Errorf("config.json: quantization_config: %w", err)
+	}
+	cfg := top.Quant
+	if cfg == nil {
+		cfg = top.TextConfig.Quant
+	}
+	if cfg != nil {
+		if _, ok := cfg["quant_method"]; !ok {
+			return nil, fmt.Errorf("config.json: quantization_config has no quant_method: strata cannot tell how the weights are quantised")
+		}
+		return cfg, nil
+	}
+	data, err := ckpt.ReadFile(ModelOptFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ModelOptFile, err)
+	}
+	return modelOptConfig(data)
+}
+
+// resolver builds a View over one checkpoint.
+type resolver struct {
+	ckpt *checkpoint.Checkpoint
+	view *View
+}
+
+func (r *resolver) scheme(cfg config) error {
+	method := cfg.str("quant_method")
+	r.view.Method = method
+	switch method {
+	case "fp8":
+		return r.fineGrainedFP8(cfg)
+	case "compressed-tensors":
+		return r.compressedTensors(cfg)
+	case "modelopt":
+		return r.modelOpt(cfg)
+	case "mxfp4":
+		r.view.Format = "MXFP4 (E2M1 blocks of 32, E8M0 scales): dequantised by the architecture's plugin"
+		r.view.PluginHandled = true
+		return nil
+	}
+	return fmt.Errorf("quantization_config.quant_method %q is not supported: strata reads fp8 (fine-grained FP8), compressed-tensors (float-quantized, pack-quantized, int-quantized), modelopt (FP8, NVFP4) and mxfp4; dequantise the checkpoint first (strata convert reads the same methods)", method)
+}
+
+// tensor is a stored tensor's dtype and shape, if present.
+func (r *resolver) tensor(key string) (*checkpoint.Tensor, bool) { return r.ckpt.Tensor(key) }
+
+// add records a quantised weight: its logical key, the expression over its
+// stored parts (checked against their types), and those parts.
+func (r *resolver) add(key string, e *transform.Expr) error {
+	if err := e.Infer(r.lookup); err != nil {
+		return fmt.Errorf("quantised weight %s: %w", key, err)
+	}
+	r.view.weights[key] = &Weight{Key: key, Shape: e.Type.Shape, Expr: e}
+	for _, k := range e.Keys() {
+		r.view.parts[k] = key
+	}
+	return nil
+}
+
+func (r *resolver) lookup(key string) (transform.Type, error) {
+	t, ok := r.ckpt.Tensor(key)
+	if !ok {
+		return transform.Type{}, fmt.Errorf("tensor %s is missing from the checkpoint", key)
+	}
+	info, _ := dtype.FromSafetensors(t.DType)
+	return transform.Type{DType: info.ONNX, Shape: t.Shape}, nil
+}
+
+// hide records a stored tensor that is no weight: a scale strata does not
+// apply, with why.
+func (r *resolver) hide(key, why string) { r.view.hidden[key] = why }
+
+// strays refuses what would otherwise be read wrong: an FP8, FP4 or packed
+// tensor, or a scale, that no quantised weight accounts for.
+func (r *resolver) strays() error {
+	if r.view.PluginHandled {
+		return nil
+	}
+	var bad []string
+	for _, k := range r.ckpt.Keys() {
+		if _, quantized := r.view.weights[k]; quantized || r.view.Stored(k) {
+			continue
+		}
+		t, _ := r.ckpt.Tensor(k)
+		if looksQuantized(k, t.DType) {
+			bad = append(bad, fmt.Sprintf("%s (%s %v)", k, t.DType, t.Shape))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	n := len(bad)
+	if n > 3 {
+		bad = append(bad[:3], fmt.Sprintf("and %d more", n-3))
+	}
+	if r.view.Method == "" {
+		return fmt.Errorf("the checkpoint holds quantised tensors but config.json has no quantization_config (nor is there an %s): %s; strata cannot tell how to dequantise them", ModelOptFile, strings.Join(bad, ", "))
+	}
+	return fmt.Errorf("quantization_config (%s) does not account for these quantised tensors: %s; each needs its weight and scales as the format stores them", r.view.Method, strings.Join(bad, ", "))
+}
+
+// looksQuantized: a dtype no plain weight has, or a name only quantised
+// checkpoints use.
+func looksQuantized(key, dt string) bool {
+	switch dt {
+	case "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4":
+		return true
+	}
+	for _, suffix := range []string{"_scale_inv", ".weight_scale", ".weight_scale_2", ".weight_packed", ".weight_zero_point", ".weight_global_scale", ".weight_g_idx", ".weight_shape", ".input_scale", ".input_global_scale"} {
+		if strings.HasSuffix(key, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// moduleOf is a tensor key's module: the key less its last name.
+func moduleOf(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
+func rawStrings(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var out []string
+	err := json.Unmarshal(raw, &out)
+	return out, err
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := strings.TrimSpace(string(raw))
+	return s == "" || s == "null" || s == "{}" || s == "[]"
+}
