@@ -328,16 +328,24 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 	}
 	e := &transform.Expr{Op: transform.OpDequant, Args: args}
 	switch w.Strategy {
+	case "tensor":
+		if st.Elements() != 1 {
+			return fmt.Errorf("quantised weight %s: scale %v of per-tensor quantisation must be one value", key, st.Shape)
+		}
+	case "channel": // a block is one output row
+		if err := r.infer(q); err != nil {
+			return err
+		}
+		e.Ints = []int64{1, q.Type.Shape[len(q.Type.Shape)-1]}
 	case "group":
 		e.Ints = []int64{1, w.GroupSize}
 	case "block":
 		e.Ints = slices.Clone(w.BlockStructure)
 	}
-	// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype)):
-	// a bfloat16 or float16 scale rounds the result to it.
-	if st.DType == "BF16" || st.DType == "F16" {
-		e = transform.Cast(e, map[string]string{"BF16": "bfloat16", "F16": "float16"}[st.DType])
-	}
+	// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype));
+	// transformers loading in float32 has upcast the scale first, so the
+	// product is float32's, as here (measured: rounding it to the stored
+	// bfloat16 scale's type moved logits by 5e-2).
 	return r.add(key, e)
 }
 

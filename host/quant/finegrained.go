@@ -55,8 +55,11 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
 		}
 		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(k), transform.Leaf(scale)}}
-		if block != nil && !scalarShape(r, scale) {
+		switch {
+		case block != nil && !scalarShape(r, scale):
 			e.Ints = block
+		case block == nil && !scalarShape(r, scale):
+			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale)
 		}
 		if err := r.add(k, e); err != nil {
 			return err

@@ -119,17 +119,13 @@ func (r *resolver) modelOptModule(m, algo string, group int64) error {
 		if w.DType != "F8_E4M3" {
 			return fmt.Errorf("tensor %s is %s, but ModelOpt FP8 weights are F8_E4M3", key, w.DType)
 		}
-		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(key), r.channelScale(scale)}}
+		st, _ := r.tensor(scale)
+		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(key), transform.Leaf(scale)}}
+		if st.Elements() > 1 { // per output channel: [out] or [out, 1]
+			rows := st.Elements()
+			e.Args[1] = &transform.Expr{Op: transform.OpReshape, Args: e.Args[1:2], Ints: []int64{rows, 1}}
+			e.Ints = []int64{1, w.Shape[len(w.Shape)-1]}
+		}
 		return r.add(key, e)
 	}
-}
-
-// channelScale reads a per-channel scale [out] as the [out, 1] grid the
-// dequant takes; a per-tensor one as it is.
-func (r *resolver) channelScale(key string) *transform.Expr {
-	t, _ := r.tensor(key)
-	if len(t.Shape) == 1 && t.Shape[0] > 1 {
-		return &transform.Expr{Op: transform.OpReshape, Args: []*transform.Expr{transform.Leaf(key)}, Ints: []int64{t.Shape[0], 1}}
-	}
-	return transform.Leaf(key)
 }

@@ -261,6 +261,14 @@ func (r *resolver) add(key string, e *transform.Expr) error {
 	return nil
 }
 
+// infer types e over the stored tensors, naming the weight on error.
+func (r *resolver) infer(e *transform.Expr) error {
+	if err := e.Infer(r.lookup); err != nil {
+		return fmt.Errorf("quantised weight %s: %w", e, err)
+	}
+	return nil
+}
+
 func (r *resolver) lookup(key string) (transform.Type, error) {
 	t, ok := r.ckpt.Tensor(key)
 	if !ok {
