@@ -62,7 +62,9 @@ var (
 		tensor("q.input_scale", "F32"), tensor("model.layers.0.self_attn.k_scale", "F32")}
 )
 
-func with(base tensors, extra ...headeronly.Tensor) tensors { return append(slices.Clone(base), extra...) }
+func with(base tensors, extra ...headeronly.Tensor) tensors {
+	return append(slices.Clone(base), extra...)
+}
 
 func without(base tensors, name string) tensors {
 	return slices.DeleteFunc(slices.Clone(base), func(t headeronly.Tensor) bool { return t.Name == name })
