@@ -58,7 +58,11 @@ func (r *resolver) modelOpt(cfg config) error {
 			return fmt.Errorf("quantization_config.group_size %s: want a positive group size", raw)
 		}
 	}
-	excluded, err := rawStrings(cfg["exclude_modules"])
+	list := cfg["exclude_modules"]
+	if isNull(list) { // config.json's form names them "ignore"
+		list = cfg["ignore"]
+	}
+	excluded, err := rawStrings(list)
 	if err != nil {
 		return fmt.Errorf("quantization_config.exclude_modules: %w", err)
 	}

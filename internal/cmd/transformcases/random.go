@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
@@ -103,7 +104,13 @@ func (g *gen) pick(from []string) string { return from[g.rng.IntN(len(from))] }
 
 // producer makes the expression's innermost part.
 func (g *gen) producer() *transform.Expr {
-	switch g.rng.IntN(6) {
+	switch g.rng.IntN(9) {
+	case 6:
+		return g.packedInt()
+	case 7:
+		return g.nvfp4()
+	case 8:
+		return g.partialBlocks()
 	case 0:
 		return g.tensor(g.pick(append(floatTypes, "F8_E4M3", "U8")), g.shape(1+g.rng.IntN(3))...)
 	case 1: // stack of per-expert tensors, maybe each dequantised first
@@ -167,6 +174,49 @@ func (g *gen) fp8(block, grid []int64) *transform.Expr {
 	return &transform.Expr{Op: transform.OpFP8, Args: []*transform.Expr{w, scale}}
 }
 
+// packedInt dequantises int codes packed into int32 words (compressed-tensors
+// pack-quantized): per group or channel, with or without packed zero points.
+func (g *gen) packedInt() *transform.Expr {
+	bits := []int64{2, 4, 8}[g.rng.IntN(3)]
+	per := 32 / bits
+	rows, words := g.dim(), g.dim()
+	cols := words*per - int64(g.rng.IntN(int(per))) // the last word may be part-filled
+	group := 1 + int64(g.rng.IntN(int(cols)))
+	groups := (cols + group - 1) / group
+	packed := g.tensor("I32", rows, words)
+	unpack := &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{packed}, Ints: []int64{bits, 1 << (bits - 1)}, Axis: 1, End: cols}
+	args := []*transform.Expr{unpack, g.tensor(g.pick([]string{"F32", "BF16", "F16"}), rows, groups)}
+	if g.rng.IntN(2) == 0 { // zero points packed along the rows
+		zp := g.tensor("I32", (rows+per-1)/per, groups)
+		args = append(args, &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{zp}, Ints: []int64{bits, 1 << (bits - 1)}, End: rows})
+	}
+	return &transform.Expr{Op: transform.OpDequant, Args: args, Ints: []int64{1, group}}
+}
+
+// nvfp4 dequantises E2M1 codes with E4M3 group scales times a float32
+// second-level scale (ModelOpt NVFP4).
+func (g *gen) nvfp4() *transform.Expr {
+	rows, groups := g.dim(), g.dim()
+	codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{g.tensor("U8", rows, groups*8)}}
+	op := transform.OpMul
+	if g.rng.IntN(2) == 0 {
+		op = transform.OpDiv
+	}
+	scale := &transform.Expr{Op: op, Args: []*transform.Expr{g.tensor("F8_E4M3", rows, groups), g.tensor("F32", 1)}}
+	return &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{codes, scale}, Ints: []int64{1, 16}}
+}
+
+// partialBlocks dequantises an FP8 weight whose edge blocks are partial
+// (a ceil-divided scale grid, as fine-grained FP8 stores it).
+func (g *gen) partialBlocks() *transform.Expr {
+	lead := g.shape(g.rng.IntN(2))
+	block := []int64{1 + int64(g.rng.IntN(4)), 1 + int64(g.rng.IntN(4))}
+	rows, cols := g.dim()*2, g.dim()*2
+	w := g.tensor("F8_E4M3", append(slices.Clone(lead), rows, cols)...)
+	grid := append(slices.Clone(lead), (rows+block[0]-1)/block[0], (cols+block[1]-1)/block[1])
+	return &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{w, g.tensor(g.pick([]string{"F32", "BF16"}), grid...)}, Ints: block}
+}
+
 // unary wraps e in a random shape or type change.
 func (g *gen) unary(e *transform.Expr) *transform.Expr {
 	rank := len(e.Type.Shape)
@@ -182,16 +232,16 @@ func (g *gen) unary(e *transform.Expr) *transform.Expr {
 		return &transform.Expr{Op: transform.OpSlice, Args: []*transform.Expr{e}, Axis: int64(axis), Start: start,
 			End: start + 1 + int64(g.rng.IntN(int(dim-start))), Step: 1 + int64(g.rng.IntN(2))}
 	default:
-		if !isFloatOrFP8(e.Type.DType) {
+		if !isFloat(e.Type.DType) { // FP8 is only ever dequantised with its scale
 			return e
 		}
 		return transform.Cast(e, g.pick([]string{"float32", "float16", "bfloat16"}))
 	}
 }
 
-func isFloatOrFP8(t dtype.DType) bool {
+func isFloat(t dtype.DType) bool {
 	n := dtype.Name(t)
-	return n == "float32" || n == "float16" || n == "bfloat16" || n == "float8_e4m3fn"
+	return n == "float32" || n == "float16" || n == "bfloat16"
 }
 
 func (g *gen) perm(rank int) []int64 {
