@@ -32,6 +32,7 @@ import gen_glm
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import gen_gptoss
+import gen_quant
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -94,7 +95,7 @@ QWEN3_SPEC = {
 import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 
 ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
-            **gen_qwen3vl.QWEN3VL_SPEC}
+            **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -392,9 +393,10 @@ def main():
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
     older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
-                   - set(gen_qwen3vl.QWEN3VL_SPEC))
+                   - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC))
     gen_qwen3vl.generate(names)
-    for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC)):
+    gen_quant.generate(names, sys.modules[__name__])
+    for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC)):
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
             seed = options.get("seed", 1000 + older.index(name) if name in older else None)
