@@ -76,6 +76,11 @@ QUANT_SPEC = {
     "qwen3moe-ct-w4a16": (dict(), "bfloat16",
                           {"seed": 4010, "quant": {"kind": "ct", "type": "int", "bits": 4, "strategy": "group",
                                                    "group_size": 32}}),
+    # FP8_DYNAMIC as llm-compressor's preset: per-channel weights and
+    # per-token dynamic FP8 input activations, which transformers applies.
+    "llama-ct-fp8-dynamic": (dict(num_key_value_heads=2), "bfloat16",
+                             {"seed": 4013, "quant": {"kind": "ct", "type": "float", "bits": 8, "strategy": "channel",
+                                                      "activations": "fp8_token"}}),
     "llama-modelopt-nvfp4": (dict(num_key_value_heads=2), "bfloat16",
                              {"seed": 4011, "quant": {"kind": "modelopt", "algo": "NVFP4"}}),
     "llama-modelopt-fp8": (dict(num_key_value_heads=2), "bfloat16",
@@ -216,8 +221,13 @@ def ct_calibrate(model):
 def ct_config(q, ignore):
     from compressed_tensors.quantization import QuantizationConfig, QuantizationScheme
 
+    from compressed_tensors.quantization import QuantizationArgs
+
     fmt = "float-quantized" if q["type"] == "float" else None
-    scheme = QuantizationScheme(targets=["Linear"], weights=ct_args(q), format=fmt)
+    inputs = None
+    if q.get("activations") == "fp8_token":
+        inputs = QuantizationArgs(num_bits=8, type="float", strategy="token", dynamic=True, symmetric=True)
+    scheme = QuantizationScheme(targets=["Linear"], weights=ct_args(q), input_activations=inputs, format=fmt)
     return QuantizationConfig(config_groups={"group_0": scheme}, ignore=ignore)
 
 

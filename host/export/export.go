@@ -132,7 +132,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	e.model = Model(ckpt, e.quant)
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
 		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
-	if e.parts, err = buildParts(ctx, p, ckpt, e.model, exportOpts, e.opts.Layerwise); err != nil {
+	if e.parts, err = buildParts(ctx, p, ckpt, e.quant, e.model, exportOpts, e.opts.Layerwise); err != nil {
 		return nil, err
 	}
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
@@ -404,7 +404,7 @@ func Model(ckpt *checkpoint.Checkpoint, q *quant.View) *pb.Model {
 
 // buildParts asks the plugin whether it can export the model (and, with
 // layerwise, whether it can do that layerwise), then for the plan and parts.
-func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, model *pb.Model, opts *pb.ExportOptions, layerwise bool) (parts, error) {
+func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, q *quant.View, model *pb.Model, opts *pb.ExportOptions, layerwise bool) (parts, error) {
 	check, err := p.Check(ctx, model)
 	if err != nil {
 		return parts{}, err
@@ -429,6 +429,9 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 		resp, err := p.Build(ctx, &pb.BuildRequest{Model: model, Options: opts, Part: part, Kind: kind, Layers: layers})
 		if err == nil && resp.GetFunction() == nil {
 			err = fmt.Errorf("plugin %s: Build %s returned no function", p.Path, part)
+		}
+		if err == nil {
+			err = quantizeActivations(resp, q)
 		}
 		return resp, err
 	}

@@ -73,6 +73,9 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	if resp.GetFunction() == nil {
 		return separateModel{}, fmt.Errorf("plugin %s: Build model %s returned no function", e.plugin.Path, name)
 	}
+	if err := quantizeActivations(resp, e.quant); err != nil {
+		return separateModel{}, err
+	}
 	b := graph.New(name)
 	table := weights.NewTable(e.ckpt, e.quant, e.compute, b, e.opts.Weights, WeightsDir+"/"+name+".safetensors")
 	inputs, err := e.declare(spec.GetInputs(), b.Input)

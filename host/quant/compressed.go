@@ -39,6 +39,15 @@ type ctGroup struct {
 	Input   json.RawMessage `json:"input_activations"`
 	Output  json.RawMessage `json:"output_activations"`
 	Format  string          `json:"format"`
+
+	activation string // how the inputs of its modules are quantised
+}
+
+// fp8PerToken: dynamic symmetric FP8 with a scale per token, the one
+// activation scheme strata computes.
+func (a *ctArgs) fp8PerToken() bool {
+	d, _ := a.Dynamic.(bool)
+	return a.Type == "float" && a.NumBits == 8 && a.Strategy == "token" && d && (a.Symmetric == nil || *a.Symmetric)
 }
 
 // compressedTensors reads quant_method "compressed-tensors": config groups
@@ -79,7 +88,7 @@ func (r *resolver) compressedTensors(cfg config) error {
 	for _, g := range sorted {
 		formats = append(formats, g.describe())
 	}
-	r.view.Format = "compressed-tensors " + strings.Join(formats, "; ")
+	r.view.Format = strings.Join(formats, "; ")
 	ig, err := compileTargets(ignore)
 	if err != nil {
 		return fmt.Errorf("quantization_config.ignore: %w", err)
@@ -118,7 +127,14 @@ func compact(raw json.RawMessage) string {
 func (g *ctGroup) check() error {
 	at := "quantization_config.config_groups." + g.name
 	if !isNull(g.Input) {
-		return fmt.Errorf("%s.input_activations quantises activations (%s): strata does not emulate activation quantisation; export a weight-only checkpoint, or dequantise this one (strata convert --quantize none)", at, compact(g.Input))
+		var in ctArgs
+		if err := json.Unmarshal(g.Input, &in); err != nil {
+			return fmt.Errorf("%s.input_activations: %w", at, err)
+		}
+		if !in.fp8PerToken() {
+			return fmt.Errorf("%s.input_activations (%s) is not supported: strata computes FP8 dynamic per-token activations (FP8_DYNAMIC) only; export a weight-only checkpoint, or dequantise this one (strata convert --quantize none)", at, compact(g.Input))
+		}
+		g.activation = ActivationFP8PerToken
 	}
 	if !isNull(g.Output) {
 		return fmt.Errorf("%s.output_activations quantises outputs (%s): strata does not implement it", at, compact(g.Output))
@@ -172,6 +188,9 @@ func (g *ctGroup) describe() string {
 	}
 	if w.Symmetric != nil && !*w.Symmetric {
 		s += ", asymmetric"
+	}
+	if g.activation == ActivationFP8PerToken {
+		s += "; activations FP8 per token, dynamic"
 	}
 	return s
 }
@@ -346,7 +365,11 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 	// transformers loading in float32 has upcast the scale first, so the
 	// product is float32's, as here (measured: rounding it to the stored
 	// bfloat16 scale's type moved logits by 5e-2).
-	return r.add(key, e)
+	if err := r.add(key, e); err != nil {
+		return err
+	}
+	r.view.weights[key].Activation = g.activation
+	return nil
 }
 
 func (r *resolver) has(key string) bool { _, ok := r.tensor(key); return ok }

@@ -34,7 +34,17 @@ type Weight struct {
 	Shape []int64 // logical shape
 	// Expr dequantises the stored tensors to float32 (after Infer).
 	Expr *transform.Expr
+	// Activation is how the inputs of the linear layer this weight belongs
+	// to are quantised ("" : they are not; ActivationFP8PerToken).
+	Activation string
 }
+
+// Activation quantisation schemes strata computes.
+const (
+	// ActivationFP8PerToken: dynamic, symmetric FP8 E4M3, one scale per
+	// token (compressed-tensors' FP8_DYNAMIC input activations).
+	ActivationFP8PerToken = "fp8_dynamic_per_token"
+)
 
 // View is a checkpoint's quantisation: the scheme, and its quantised
 // weights by logical key. The zero View is an unquantised checkpoint.

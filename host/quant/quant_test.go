@@ -105,7 +105,10 @@ func TestRead(t *testing.T) {
 			wantErr: "scale [32 1] is not the grid of [1 32] blocks of weight [64 32] (want [64 1])"},
 		{name: "tensor scale of the wrong shape", qc: strings.Replace(ctFP8Chan, "channel", "tensor", 1), tensors: tensors{tensor("q.weight", "F8_E4M3", 64, 32), tensor("q.weight_scale", "BF16", 64, 1)},
 			wantErr: "scale [64 1] of per-tensor quantisation must be one value"},
-		{name: "dynamic activations", qc: ctFP8Dyn, tensors: packedW4, wantErr: "config_groups.group_0.input_activations quantises activations"},
+		{name: "dynamic per-token activations", qc: ctFP8Dyn, tensors: tensors{tensor("q.weight", "F8_E4M3", 64, 32), tensor("q.weight_scale", "BF16", 64, 1)},
+			want: map[string]string{"q.weight": "[64 32] dequant(q.weight, q.weight_scale) activations fp8_dynamic_per_token"}},
+		{name: "static activations", qc: strings.Replace(ctFP8Dyn, `"strategy": "token", "dynamic": true`, `"strategy": "tensor", "dynamic": false`, 1), tensors: packedW4,
+			wantErr: "config_groups.group_0.input_activations ({\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\", \"dynamic\": false}) is not supported"},
 		{name: "unknown compressed format", qc: strings.Replace(ctPackW4, `"format": "pack-quantized"`, `"format": "marlin-24"`, 1), tensors: packedW4,
 			wantErr: `group_0.format "marlin-24" is not supported`},
 		{name: "kv cache scheme", qc: strings.Replace(ctPackW4, `"ignore"`, `"kv_cache_scheme": {"num_bits": 8, "type": "float"}, "ignore"`, 1), tensors: packedW4,
@@ -143,6 +146,9 @@ func TestRead(t *testing.T) {
 			got := map[string]string{}
 			for _, w := range v.Weights() {
 				got[w.Key] = fmt.Sprintf("%v %s", w.Shape, w.Expr)
+				if w.Activation != "" {
+					got[w.Key] += " activations " + w.Activation
+				}
 			}
 			if !maps.Equal(got, tc.want) {
 				t.Errorf("weights %v, want %v", got, tc.want)
