@@ -1695,6 +1695,10 @@ func (x *WeightBinding) GetWeight() *Weight {
 //	               (low nibble = even column; value = e2m1 * 2^(scale-127))
 //	fp8_dequant    weight F8_E4M3 [..., R, C], scale [..., R/bm, C/bn] or one value
 //	               (float32, bfloat16, or U8/F8_E8M0 exponents)   -> float32
+//
+// A quantised checkpoint's weights are the host's business: a plugin binds
+// the logical key (q_proj.weight) and the host substitutes the dequantising
+// expression (dequant, unpack_int, unpack_fp4, mul; docs/weight-spec.md).
 type Weight struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
