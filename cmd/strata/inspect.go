@@ -191,8 +191,8 @@ func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint, q *quant.View)
 		}
 	}
 	for _, w := range q.Weights() { // under the dtype of its stored values
-		first, _ := ckpt.Tensor(w.Expr.Keys()[0])
-		count(first.DType, w.Expr.Type.Elements())
+		values, _ := ckpt.Tensor(w.Values)
+		count(values.DType, w.Elements())
 	}
 	if q.Quantized() || q != nil && q.Method != "" {
 		r.Quantization = &quantReport{Method: q.Method, Format: q.Format, Weights: len(q.Weights()), Scales: scales,

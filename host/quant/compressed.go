@@ -34,6 +34,7 @@ type ctArgs struct {
 
 type ctGroup struct {
 	name    string
+	targets targets // compiled Targets
 	Targets []string        `json:"targets"`
 	Weights *ctArgs         `json:"weights"`
 	Input   json.RawMessage `json:"input_activations"`
@@ -80,6 +81,9 @@ func (r *resolver) compressedTensors(cfg config) error {
 		}
 		if err := g.check(); err != nil {
 			return err
+		}
+		if g.targets, err = compileTargets(g.Targets); err != nil {
+			return fmt.Errorf("quantization_config.config_groups.%s.targets: %w", name, err)
 		}
 		sorted = append(sorted, g)
 	}
@@ -248,13 +252,9 @@ func (t targets) match(m string) bool { return t.matchByName(m) }
 func matchGroup(groups []*ctGroup, m string) (*ctGroup, error) {
 	var byName, byClass []*ctGroup
 	for _, g := range groups {
-		t, err := compileTargets(g.Targets)
-		if err != nil {
-			return nil, fmt.Errorf("quantization_config.config_groups.%s.targets: %w", g.name, err)
-		}
-		if t.matchByName(m) {
+		if g.targets.matchByName(m) {
 			byName = append(byName, g)
-		} else if t.classes {
+		} else if g.targets.classes {
 			byClass = append(byClass, g)
 		}
 	}
@@ -274,27 +274,25 @@ func matchGroup(groups []*ctGroup, m string) (*ctGroup, error) {
 // quantizedModules lists the modules whose weight is stored quantised:
 // packed, FP8 or int8 beside a weight_scale.
 func (r *resolver) quantizedModules() []string {
-	var out []string
+	seen := map[string]bool{}
 	for _, k := range r.ckpt.Keys() {
-		m, ok := strings.CutSuffix(k, ".weight_scale")
-		if !ok {
-			continue
-		}
-		if _, packed := r.tensor(m + ".weight_packed"); packed {
-			out = append(out, m)
-		} else if w, ok := r.tensor(m + ".weight"); ok && !isFloatDType(w.DType) {
-			out = append(out, m)
+		t, _ := r.tensor(k)
+		switch {
+		case strings.HasSuffix(k, ".weight_scale"):
+			m := strings.TrimSuffix(k, ".weight_scale")
+			if w, ok := r.tensor(m + ".weight"); r.has(m+".weight_packed") || ok && !isFloatDType(w.DType) {
+				seen[m] = true
+			}
+		case strings.HasSuffix(k, ".weight_packed"), strings.HasSuffix(k, ".weight") && !isFloatDType(t.DType) && t.DType != "I64":
+			seen[moduleOf(k)] = true // found even without its scale: ctModule says what is missing
 		}
 	}
-	for _, k := range r.ckpt.Keys() { // a packed or FP8 weight without its scale
-		m := moduleOf(k)
-		t, _ := r.tensor(k)
-		if (strings.HasSuffix(k, ".weight_packed") || strings.HasSuffix(k, ".weight") && !isFloatDType(t.DType) && t.DType != "I64") && !slices.Contains(out, m) {
-			out = append(out, m)
-		}
+	out := make([]string, 0, len(seen))
+	for m := range seen {
+		out = append(out, m)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 func isFloatDType(dt string) bool { return dt == "F32" || dt == "BF16" || dt == "F16" || dt == "F64" }
@@ -307,69 +305,90 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 	if !ok {
 		return fmt.Errorf("module %s is quantised (%s) but %s, its scale, is missing from the checkpoint", m, g.Format, scale)
 	}
-	var q *transform.Expr
 	key := m + ".weight"
-	switch g.Format {
-	case ctPack:
-		packed := m + ".weight_packed"
-		pt, ok := r.tensor(packed)
-		if !ok {
-			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, ctPack, packed)
-		}
-		if w.Type != "int" {
-			return fmt.Errorf("module %s: %s holds int weights, but its config group says %s", m, ctPack, w.Type)
-		}
-		if len(pt.Shape) < 2 {
-			return fmt.Errorf("tensor %s has shape %v: packed weights are [out, words]", packed, pt.Shape)
-		}
-		cols := r.unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
-		q = &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
-			Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
-		if _, ok := r.tensor(m + ".weight_shape"); ok {
-			r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
-		}
-	case ctFloat, ctInt, ctNaive:
-		if _, ok := r.tensor(key); !ok {
-			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, g.Format, key)
-		}
-		q = transform.Leaf(key)
-	default:
-		return fmt.Errorf("module %s holds quantised tensors, but its config group's format is %s", m, g.Format)
+	values, cols, err := r.ctValues(m, g)
+	if err != nil {
+		return err
 	}
-	args := []*transform.Expr{q, transform.Leaf(scale)}
-	if zp := m + ".weight_zero_point"; r.has(zp) {
-		if w.Symmetric == nil || *w.Symmetric {
-			return fmt.Errorf("tensor %s is a zero point, but config group %s is symmetric", zp, g.name)
-		}
-		args = append(args, r.zeroPoint(zp, w, st.Shape, g.Format == ctPack))
-	} else if w.Symmetric != nil && !*w.Symmetric {
+	zp := m + ".weight_zero_point"
+	hasZero := r.has(zp)
+	if hasZero && (w.Symmetric == nil || *w.Symmetric) {
+		return fmt.Errorf("tensor %s is a zero point, but config group %s is symmetric", zp, g.name)
+	}
+	if !hasZero && w.Symmetric != nil && !*w.Symmetric {
 		return fmt.Errorf("module %s is quantised asymmetrically (config group %s) but %s, its zero point, is missing", m, g.name, zp)
 	}
-	e := &transform.Expr{Op: transform.OpDequant, Args: args}
+	var block []int64
 	switch w.Strategy {
 	case "tensor":
 		if st.Elements() != 1 {
 			return fmt.Errorf("quantised weight %s: scale %v of per-tensor quantisation must be one value", key, st.Shape)
 		}
 	case "channel": // a block is one output row
-		if err := r.infer(q); err != nil {
-			return err
-		}
-		e.Ints = []int64{1, q.Type.Shape[len(q.Type.Shape)-1]}
+		block = []int64{1, cols}
 	case "group":
-		e.Ints = []int64{1, w.GroupSize}
+		block = []int64{1, w.GroupSize}
 	case "block":
-		e.Ints = slices.Clone(w.BlockStructure)
+		block = w.BlockStructure
 	}
 	// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype));
 	// transformers loading in float32 has upcast the scale first, so the
 	// product is float32's, as here (measured: rounding it to the stored
 	// bfloat16 scale's type moved logits by 5e-2).
-	if err := r.add(key, e); err != nil {
+	packed := g.Format == ctPack
+	weight, err := r.add(key, func() *transform.Expr {
+		args := []*transform.Expr{values(), transform.Leaf(scale)}
+		if hasZero {
+			args = append(args, r.zeroPoint(zp, w, st.Shape, packed))
+		}
+		return dequant(block, args...)
+	})
+	if err != nil {
 		return err
 	}
-	r.view.weights[key].Activation = g.activation
+	weight.Activation = g.activation
+	if packed && r.has(m+".weight_shape") {
+		r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
+	}
 	return nil
+}
+
+// ctValues is how a module's quantised values are read (a builder of the
+// expression), and the weight's input width.
+func (r *resolver) ctValues(m string, g *ctGroup) (func() *transform.Expr, int64, error) {
+	w := g.Weights
+	switch g.Format {
+	case ctPack:
+		packed := m + ".weight_packed"
+		pt, ok := r.tensor(packed)
+		if !ok {
+			return nil, 0, fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, ctPack, packed)
+		}
+		if w.Type != "int" {
+			return nil, 0, fmt.Errorf("module %s: %s holds int weights, but its config group says %s", m, ctPack, w.Type)
+		}
+		if len(pt.Shape) < 2 {
+			return nil, 0, fmt.Errorf("tensor %s has shape %v: packed weights are [out, words]", packed, pt.Shape)
+		}
+		st, _ := r.tensor(m + ".weight_scale")
+		cols := r.unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
+		return func() *transform.Expr {
+			return &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
+				Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
+		}, cols, nil
+	case ctFloat, ctInt, ctNaive:
+		key := m + ".weight"
+		t, ok := r.tensor(key)
+		if !ok {
+			return nil, 0, fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, g.Format, key)
+		}
+		var cols int64
+		if len(t.Shape) > 0 {
+			cols = t.Shape[len(t.Shape)-1]
+		}
+		return func() *transform.Expr { return transform.Leaf(key) }, cols, nil
+	}
+	return nil, 0, fmt.Errorf("module %s holds quantised tensors, but its config group's format is %s", m, g.Format)
 }
 
 func (r *resolver) has(key string) bool { _, ok := r.tensor(key); return ok }

@@ -54,14 +54,14 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 		if _, ok := r.tensor(scale); !ok {
 			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
 		}
-		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(k), transform.Leaf(scale)}}
+		var ints []int64
 		switch {
 		case block != nil && !scalarShape(r, scale):
-			e.Ints = block
+			ints = block
 		case block == nil && !scalarShape(r, scale):
 			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale)
 		}
-		if err := r.add(k, e); err != nil {
+		if _, err := r.add(k, func() *transform.Expr { return dequant(ints, transform.Leaf(k), transform.Leaf(scale)) }); err != nil {
 			return err
 		}
 	}

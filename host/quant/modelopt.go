@@ -116,20 +116,26 @@ func (r *resolver) modelOptModule(m, algo string, group int64) error {
 		if _, ok := r.tensor(scale2); !ok {
 			return fmt.Errorf("module %s is NVFP4 but %s, its second-level scale, is missing from the checkpoint", m, scale2)
 		}
-		combined := &transform.Expr{Op: transform.OpMul, Args: []*transform.Expr{transform.Leaf(scale), transform.Leaf(scale2)}}
-		codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{transform.Leaf(key)}}
-		return r.add(key, &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{codes, combined}, Ints: []int64{1, group}})
+		_, err := r.add(key, func() *transform.Expr {
+			combined := &transform.Expr{Op: transform.OpMul, Args: []*transform.Expr{transform.Leaf(scale), transform.Leaf(scale2)}}
+			codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{transform.Leaf(key)}}
+			return dequant([]int64{1, group}, codes, combined)
+		})
+		return err
 	default:
 		if w.DType != "F8_E4M3" {
 			return fmt.Errorf("tensor %s is %s, but ModelOpt FP8 weights are F8_E4M3", key, w.DType)
 		}
 		st, _ := r.tensor(scale)
-		e := &transform.Expr{Op: transform.OpDequant, Args: []*transform.Expr{transform.Leaf(key), transform.Leaf(scale)}}
-		if st.Elements() > 1 { // per output channel: [out] or [out, 1]
-			rows := st.Elements()
-			e.Args[1] = &transform.Expr{Op: transform.OpReshape, Args: e.Args[1:2], Ints: []int64{rows, 1}}
-			e.Ints = []int64{1, w.Shape[len(w.Shape)-1]}
-		}
-		return r.add(key, e)
+		rows, cols := st.Elements(), w.Shape[len(w.Shape)-1]
+		_, err := r.add(key, func() *transform.Expr {
+			if rows == 1 {
+				return dequant(nil, transform.Leaf(key), transform.Leaf(scale))
+			}
+			// per output channel: [out] or [out, 1]
+			grid := &transform.Expr{Op: transform.OpReshape, Args: []*transform.Expr{transform.Leaf(scale)}, Ints: []int64{rows, 1}}
+			return dequant([]int64{1, cols}, transform.Leaf(key), grid)
+		})
+		return err
 	}
 }

@@ -32,11 +32,37 @@ const ModelOptFile = "hf_quant_config.json"
 type Weight struct {
 	Key   string  // logical key: the name an unquantised checkpoint gives it
 	Shape []int64 // logical shape
-	// Expr dequantises the stored tensors to float32 (after Infer).
-	Expr *transform.Expr
+	// Values is the stored tensor of its values (the FP8 or packed weight).
+	Values string
 	// Activation is how the inputs of the linear layer this weight belongs
 	// to are quantised ("" : they are not; ActivationFP8PerToken).
 	Activation string
+	// dequant builds the expression that dequantises the stored tensors to
+	// float32. Built when asked, not kept: a 90,000-weight release would
+	// otherwise hold 90,000 expression trees.
+	dequant func() *transform.Expr
+}
+
+// Dequant is a fresh expression dequantising w from its stored tensors to
+// float32 (to be typed by Infer).
+func (w *Weight) Dequant() *transform.Expr { return w.dequant() }
+
+// Typed is w's dequantisation typed over the checkpoint's tensors.
+func (v *View) Typed(w *Weight) (*transform.Expr, error) {
+	e := w.dequant()
+	if err := e.Infer(v.lookup); err != nil {
+		return nil, fmt.Errorf("quantised weight %s: %w", w.Key, err)
+	}
+	return e, nil
+}
+
+// Elements is the number of values of the logical weight.
+func (w *Weight) Elements() int64 {
+	n := int64(1)
+	for _, d := range w.Shape {
+		n *= d
+	}
+	return n
 }
 
 // Activation quantisation schemes strata computes.
@@ -60,6 +86,7 @@ type View struct {
 	PluginHandled bool
 
 	weights map[string]*Weight
+	lookup  transform.Lookup  // types the stored tensors
 	parts   map[string]string // stored key -> logical key it is part of
 	hidden  map[string]string // stored key -> why it is not a weight (activation, KV scales)
 }
@@ -113,7 +140,7 @@ func (v *View) Auxiliary(key string) bool {
 		return false
 	}
 	logical, ok := v.parts[key]
-	return !ok || v.weights[logical].Expr.Keys()[0] != key
+	return !ok || v.weights[logical].Values != key
 }
 
 // Expand replaces each leaf of e that names a quantised weight by its
@@ -124,7 +151,7 @@ func (v *View) Expand(e *transform.Expr) *transform.Expr {
 	}
 	if e.IsLeaf() {
 		if w, ok := v.weights[e.Key]; ok {
-			return clone(w.Expr)
+			return w.Dequant()
 		}
 		return e
 	}
@@ -132,16 +159,6 @@ func (v *View) Expand(e *transform.Expr) *transform.Expr {
 	out.Args = make([]*transform.Expr, len(e.Args))
 	for i, a := range e.Args {
 		out.Args[i] = v.Expand(a)
-	}
-	return &out
-}
-
-func clone(e *transform.Expr) *transform.Expr {
-	out := *e
-	out.Ints = slices.Clone(e.Ints)
-	out.Args = make([]*transform.Expr, len(e.Args))
-	for i, a := range e.Args {
-		out.Args[i] = clone(a)
 	}
 	return &out
 }
@@ -161,8 +178,7 @@ func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 		out = append(out, &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed})
 	}
 	for _, w := range v.Weights() {
-		first := w.Expr.Keys()[0]
-		t, _ := ckpt.Tensor(first)
+		t, _ := ckpt.Tensor(w.Values)
 		sh, _ := ckpt.Shard(t.Shard)
 		out = append(out, &pb.TensorInfo{Key: w.Key, Dtype: "F32", Shape: w.Shape, Unindexed: sh.Unindexed})
 	}
@@ -178,6 +194,7 @@ func Read(ckpt *checkpoint.Checkpoint) (*View, error) {
 		return nil, err
 	}
 	r := &resolver{ckpt: ckpt, view: &View{weights: map[string]*Weight{}, parts: map[string]string{}, hidden: map[string]string{}}}
+	r.view.lookup = r.lookup
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
 			return nil, err
@@ -259,16 +276,25 @@ func (r *resolver) scheme(cfg config) error {
 func (r *resolver) tensor(key string) (*checkpoint.Tensor, bool) { return r.ckpt.Tensor(key) }
 
 // add records a quantised weight: its logical key, the expression over its
-// stored parts (checked against their types), and those parts.
-func (r *resolver) add(key string, e *transform.Expr) error {
+// stored parts (built and checked against their types now, built again
+// when a binding needs it), and those parts; the first is its values.
+func (r *resolver) add(key string, dequant func() *transform.Expr) (*Weight, error) {
+	e := dequant()
 	if err := e.Infer(r.lookup); err != nil {
-		return fmt.Errorf("quantised weight %s: %w", key, err)
+		return nil, fmt.Errorf("quantised weight %s: %w", key, err)
 	}
-	r.view.weights[key] = &Weight{Key: key, Shape: e.Type.Shape, Expr: e}
-	for _, k := range e.Keys() {
+	keys := e.Keys()
+	w := &Weight{Key: key, Shape: e.Type.Shape, Values: keys[0], dequant: dequant}
+	r.view.weights[key] = w
+	for _, k := range keys {
 		r.view.parts[k] = key
 	}
-	return nil
+	return w, nil
+}
+
+// dequant is the dequant expression of args with block ints (nil: none).
+func dequant(ints []int64, args ...*transform.Expr) *transform.Expr {
+	return &transform.Expr{Op: transform.OpDequant, Args: args, Ints: slices.Clone(ints)}
 }
 
 // infer types e over the stored tensors, naming the weight on error.

@@ -145,7 +145,7 @@ func TestRead(t *testing.T) {
 			}
 			got := map[string]string{}
 			for _, w := range v.Weights() {
-				got[w.Key] = fmt.Sprintf("%v %s", w.Shape, w.Expr)
+				got[w.Key] = fmt.Sprintf("%v %s", w.Shape, w.Dequant())
 				if w.Activation != "" {
 					got[w.Key] += " activations " + w.Activation
 				}
@@ -201,8 +201,8 @@ func TestExpandCopies(t *testing.T) {
 	if got := x.String(); got != "transpose(dequant(q.weight, q.weight_scale_inv))" {
 		t.Errorf("Expand = %s", got)
 	}
-	if x.Args[0] == w.Expr || x.Args[0].Args[0] == w.Expr.Args[0] || !slices.Equal(x.Args[0].Ints, w.Expr.Ints) {
-		t.Error("Expand must copy the dequantisation, not share it")
+	if y := v.Expand(bound); x.Args[0] == y.Args[0] || x.Args[0].Args[0] == y.Args[0].Args[0] || !slices.Equal(x.Args[0].Ints, w.Dequant().Ints) {
+		t.Error("Expand must build a fresh dequantisation each time, not share one")
 	}
 	if plain := transform.Leaf("k.weight"); v.Expand(plain) != plain {
 		t.Error("an unquantised leaf must stay as it is")

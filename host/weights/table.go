@@ -144,6 +144,13 @@ func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
 	if err := e.Infer(t.lookup); err != nil {
 		return nil, t.located(e, err)
 	}
+	if t.mode == Reference && t.quant.Quantized() {
+		// One in-graph dequantisation per stacked weight, not per expert.
+		e = e.HoistDequant()
+		if err := e.Infer(t.lookup); err != nil {
+			return nil, t.located(e, err)
+		}
+	}
 	if e.Type.DType != target {
 		e = transform.Cast(e, dtype.Name(target))
 		if err := e.Infer(t.lookup); err != nil {
