@@ -34,7 +34,7 @@ type ctArgs struct {
 
 type ctGroup struct {
 	name    string
-	targets targets // compiled Targets
+	targets targets         // compiled Targets
 	Targets []string        `json:"targets"`
 	Weights *ctArgs         `json:"weights"`
 	Input   json.RawMessage `json:"input_activations"`
