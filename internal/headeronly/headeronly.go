@@ -55,7 +55,8 @@ var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, err
 	"qwen3_vl_moe": Qwen3VLMoeTensors,
 }
 
-// Tensors lists the tensors of a checkpoint of configJSON's model_type.
+// Tensors lists the tensors of a checkpoint of configJSON's model_type, in
+// dtype, or as its quantization_config stores them (quantize).
 func Tensors(configJSON []byte, dtype string) ([]Tensor, error) {
 	c, err := hf.Parse(configJSON)
 	if err != nil {
@@ -69,7 +70,11 @@ func Tensors(configJSON []byte, dtype string) ([]Tensor, error) {
 	if !ok {
 		return nil, fmt.Errorf("config.json: model_type %q is not supported; supported: %s", mt, strings.Join(supported(), ", "))
 	}
-	return gen(configJSON, dtype)
+	ts, err := gen(configJSON, dtype)
+	if err != nil {
+		return nil, err
+	}
+	return quantize(configJSON, dtype, ts)
 }
 
 func supported() []string {
@@ -174,18 +179,24 @@ func elements(shape []int64) (int64, error) {
 // closing a shard when the next tensor would overflow it. A tensor over limit
 // gets a shard of its own. (huggingface_hub puts such a tensor in its own
 // shard ahead of the one being filled; keeping order is simpler, and no
-// Llama release has a tensor over 5 GB.)
+// Llama release has a tensor over 5 GB.) A quantised weight's scales that
+// follow it (X.weight_scale_inv, X.weight_scale) go with it, as one tensor.
 func split(ts []sized, limit int64) [][]sized {
 	var shards [][]sized
 	var cur []sized
 	var size int64
-	for _, t := range ts {
-		if len(cur) > 0 && size+t.bytes > limit {
+	for i := 0; i < len(ts); {
+		j, n := i+1, ts[i].bytes
+		for ; j < len(ts) && strings.HasPrefix(ts[j].Name, ts[i].Name+"_"); j++ {
+			n += ts[j].bytes
+		}
+		if len(cur) > 0 && size+n > limit {
 			shards = append(shards, cur)
 			cur, size = nil, 0
 		}
-		cur = append(cur, t)
-		size += t.bytes
+		cur = append(cur, ts[i:j]...)
+		size += n
+		i = j
 	}
 	return append(shards, cur)
 }

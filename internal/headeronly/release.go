@@ -18,6 +18,9 @@ type Release struct {
 	// Modes are export modes the bench runs on this release beyond its
 	// common ones (glm's --mtp draft).
 	Modes []ReleaseMode `json:"extra_modes,omitempty"`
+	// CommonModes names the common modes the bench runs on this release
+	// (default: all of them).
+	CommonModes []string `json:"modes,omitempty"`
 }
 
 // ReleaseMode is one extra export mode: a name and strata's flags.
@@ -42,8 +45,9 @@ func LoadRelease(dir string) (Release, error) {
 	return r, nil
 }
 
-// WriteRelease writes r as a header-only BF16 checkpoint into dir and
-// checks the shard count is the release's.
+// WriteRelease writes r as a header-only checkpoint into dir — BF16, with
+// quantised weights as its quantization_config stores them — and checks the
+// shard count is the release's.
 func WriteRelease(dir string, r Release) (Stats, error) {
 	tensors, err := Tensors(r.Config, "BF16")
 	if err != nil {

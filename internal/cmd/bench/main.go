@@ -168,7 +168,12 @@ func (o options) measureRelease(r headeronly.Release) ([]row, error) {
 	}
 	defer os.RemoveAll(ckpt)
 	var rows []row
-	all := slices.Clone(modes)
+	var all []mode
+	for _, m := range modes {
+		if r.CommonModes == nil || slices.Contains(r.CommonModes, m.Name) {
+			all = append(all, m)
+		}
+	}
 	for _, m := range r.Modes {
 		all = append(all, mode{m.Name, m.Args})
 	}
