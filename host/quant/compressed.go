@@ -109,6 +109,9 @@ func (r *resolver) compressedTensors(cfg config) error {
 			return err
 		}
 	}
+	if r.expertActivations > 0 {
+		r.view.Notes = append(r.view.Notes, fmt.Sprintf("the inputs of %d routed-expert weights are not quantised, as transformers computes them (its MoE experts are fused parameters, not the Linear modules compressed-tensors quantises the inputs of); vLLM's fused-MoE kernels would quantise them per token", r.expertActivations))
+	}
 	return nil
 }
 
@@ -347,6 +350,13 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 		return err
 	}
 	weight.Activation = g.activation
+	if g.activation != "" && isRoutedExpert(m) {
+		// transformers 5 holds routed experts fused, as parameters rather
+		// than Linear modules, and compressed-tensors quantises the inputs of
+		// Linear modules only: the experts' inputs stay in float there.
+		weight.Activation = ""
+		r.expertActivations++
+	}
 	if packed && r.has(m+".weight_shape") {
 		r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
 	}
@@ -392,6 +402,12 @@ func (r *resolver) ctValues(m string, g *ctGroup) (func() *transform.Expr, int64
 }
 
 func (r *resolver) has(key string) bool { _, ok := r.tensor(key); return ok }
+
+// routedExpert matches a routed expert's module: ...experts.<e>.<proj>
+// (shared experts are shared_experts.<proj>, Linear modules in transformers).
+var routedExpert = regexp.MustCompile(`(^|\.)experts\.[0-9]+\.[^.]+$`)
+
+func isRoutedExpert(module string) bool { return routedExpert.MatchString(module) }
 
 // unpackedColumns is a packed weight's input width: the scale's groups for
 // group strategy (exact, as compressed-tensors derives it), else every value

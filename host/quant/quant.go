@@ -252,6 +252,9 @@ func quantConfig(ckpt *checkpoint.Checkpoint) (config, error) {
 type resolver struct {
 	ckpt *checkpoint.Checkpoint
 	view *View
+	// expertActivations counts routed-expert weights whose input
+	// quantisation transformers does not apply.
+	expertActivations int
 }
 
 func (r *resolver) scheme(cfg config) error {
