@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -229,8 +230,12 @@ func (r inspectReport) print(w io.Writer) {
 	if qr := r.Quantization; qr != nil {
 		row("quantization", fmt.Sprintf("%s: %s; %s dequantised in the graph, %s not counted as parameters", qr.Method, qr.Format,
 			plural(qr.Weights, "weight"), plural(qr.Scales, "scale tensor")))
-		if len(qr.Excluded) > 0 {
-			row("not quantised", strings.Join(qr.Excluded, ", "))
+		if n := len(qr.Excluded); n > 0 { // --json lists them all
+			shown := qr.Excluded
+			if n > 6 {
+				shown = append(slices.Clone(shown[:5]), fmt.Sprintf("and %d more", n-5))
+			}
+			row("not quantised", strings.Join(shown, ", "))
 		}
 		for _, n := range qr.Notes {
 			row("note", n)
