@@ -4,7 +4,9 @@ unchanged, within the dtype's rounding otherwise; its FineGrainedFP8 loader
 (with accelerate) reads fp8-block output and compressed-tensors reads
 fp8-dynamic output, each within FP8 error of the source and equal to a
 torch re-implementation of the same quantiser. MTP fixtures are made here by
-file surgery, in all three conventions.
+file surgery, in all three conventions. Every quantised fixture (fine-grained
+FP8, compressed-tensors, ModelOpt) dequantised to float32 gives the fixture's
+reference logits, prefill and decode.
 
 Needs bin/strata (make build) and requirements-client.txt (make
 test-client installs it into .venv/client). Nothing is skipped: a missing
@@ -17,6 +19,7 @@ import os
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 import safetensors.torch as st
 import torch
@@ -422,3 +425,70 @@ def test_mtp_carried_whole_unquantised_and_excluded(tmp_path, convention, scheme
     # The backbone still loads and computes what the same conversion without MTP does.
     plain = convert(fixture(name), tmp_path / "plain", "--quantize", scheme)
     assert torch.equal(logits(load(out)), logits(load(plain)))
+
+
+# --- quantised sources: every format host/quant reads -------------------------
+
+# Committed fixtures (conformance/gen_quant.py), each with the logits of
+# transformers loading it (or, where transformers cannot, of the float32
+# formula: fixture.json "reference").
+QUANT_SOURCES = [
+    "llama-fp8-block", "llama-fp8-block32", "qwen3moe-fp8-block",
+    "llama-ct-fp8-channel", "llama-ct-fp8-tensor", "llama-ct-fp8-block", "llama-ct-fp8-dynamic",
+    "llama-ct-w4a16-group", "llama-ct-w4a16-asym", "llama-ct-w8a16-channel", "qwen3moe-ct-w4a16",
+    "llama-modelopt-nvfp4", "llama-modelopt-fp8",
+]
+
+
+@torch.no_grad()
+def fixture_logits(model, arrays):
+    """generate.py's reference(): each prompt prefilled, then its decode
+    tokens one at a time through the cache; [steps, batch, vocab]."""
+    steps = [[] for _ in range(1 + arrays["decode_tokens"].shape[1])]
+    for b, n in enumerate(arrays["prompt_lengths"]):
+        prompt = arrays["prompts"][b][:n].tolist()
+        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+        steps[0].append(out.logits[0, -1].numpy())
+        past = out.past_key_values
+        for s, tok in enumerate(arrays["decode_tokens"][b].tolist()):
+            out = model(input_ids=torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+            steps[s + 1].append(out.logits[0, -1].numpy())
+            past = out.past_key_values
+    return np.stack([np.stack(s) for s in steps]).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", QUANT_SOURCES)
+def test_quantised_source_dequantised_gives_reference_logits(tmp_path, name):
+    src = fixture(name)
+    out = convert(src, tmp_path / "out", "--dtype", "float32")
+    with open(os.path.join(out, "config.json")) as f:
+        config = json.load(f)
+    assert "quantization_config" not in config and config["dtype"] == "float32"
+    assert not os.path.exists(os.path.join(out, "hf_quant_config.json"))
+    ts = tensors(out)
+    for k, v in ts.items():  # one float32 tensor per weight, under its logical key
+        assert v.dtype == torch.float32, k
+        assert not k.endswith(("_scale", "_scale_inv", "_scale_2", "_packed", "_zero_point", "_shape")), k
+    with open(os.path.join(out, "convert-report.json")) as f:
+        report = json.load(f)
+    assert report["source_quantization"]["weights"] == report["summary"]["dequantized"] > 0
+    for t in report["tensors"]:  # the stored parts are consumed, never copied
+        if t["dtype"] not in ("F32", "BF16"):
+            assert t["action"] in ("dequantized", "dropped"), t
+    with open(os.path.join(FIXTURES, name, "fixture.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(src, "config.json")) as f:
+        source_qc = json.load(f)["quantization_config"]
+    arrays = np.load(os.path.join(FIXTURES, name, "reference.npz"))
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager").eval()
+    if name == "llama-ct-fp8-dynamic":
+        # The source also quantises each Linear's input per token (FP8_DYNAMIC),
+        # as transformers + compressed-tensors computes it: a float checkpoint
+        # does not, so the reference needs the same activation quantisation.
+        quantize_activations_per_token(model, source_qc["ignore"])
+    got = fixture_logits(model, arrays)
+    want = arrays["logits"]
+    err = float(np.abs(got - want).max())
+    source = meta.get("reference", "transformers")[:48]
+    print(f"{name}: max |Δlogits| {err:.3g} vs the fixture's reference ({source}), logit scale {np.abs(want).max():.3g}")
+    assert err <= 1e-4

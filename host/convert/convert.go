@@ -53,7 +53,7 @@ func (r Range) String() string { return fmt.Sprintf("%d-%d", r.From, r.To) }
 // Options control a conversion.
 type Options struct {
 	DType    string // "", "bfloat16", "float16", "float32"
-	Quantize string // "", "none", "fp8-block", "fp8-dynamic"
+	Quantize string // "" (as stored), "none" (dequantise), "fp8-block", "fp8-dynamic"
 	// Layers limits which decoder layers this run converts; nil: all.
 	Layers *Range
 	// FinalizeOnly: with Layers nil, convert no layer; write tail, index and
@@ -93,9 +93,7 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--dtype %q: use bfloat16, float16 or float32", o.DType)
 	}
 	switch o.Quantize {
-	case "", QuantNone:
-		o.Quantize = ""
-	case QuantFP8Block, QuantFP8Dynamic:
+	case "", QuantNone, QuantFP8Block, QuantFP8Dynamic:
 	default:
 		return fmt.Errorf("--quantize %q: use none, fp8-block or fp8-dynamic", o.Quantize)
 	}

@@ -184,7 +184,8 @@ func TestFP8DynamicWritesCompressedTensors(t *testing.T) {
 }
 
 // fp8Source makes every Linear of layer 0 an FP8 weight with a block
-// weight_scale_inv and an input_scale, as DeepSeek-V3's release does.
+// weight_scale_inv, as DeepSeek-V3's release does. (A static input_scale
+// beside them is refused by host/quant: TestQuantisedSourceRefusals.)
 func fp8Source(m *model) map[string][]float32 {
 	want := map[string][]float32{}
 	ts := m.shards["model.safetensors"]
@@ -206,7 +207,6 @@ func fp8Source(m *model) map[string][]float32 {
 		}
 		ts[k] = tensor{"F8_E4M3", tt.shape, codes}
 		ts[k+"_scale_inv"] = tensor{"F32", []int64{br, bc}, encode(nil, "F32", scales)}
-		ts[moduleOf(k)+".input_scale"] = tensor{"F32", []int64{}, encode(nil, "F32", []float32{0.5})}
 		want[k] = vals
 	}
 	m.config["quantization_config"] = map[string]any{"quant_method": "fp8", "weight_block_size": []int{128, 128}}
@@ -238,8 +238,8 @@ func TestFP8SourceIsDequantisedAndScalesReported(t *testing.T) {
 			}
 		}
 	}
-	if dropped != 2*len(want) || res.Dropped != dropped {
-		t.Errorf("%d dropped, want %d", dropped, 2*len(want))
+	if dropped != len(want) || res.Dropped != dropped {
+		t.Errorf("%d dropped, want %d", dropped, len(want))
 	}
 	if _, ok := o.config["quantization_config"]; ok {
 		t.Error("the source's fp8 quantization_config survived dequantisation")
@@ -559,7 +559,7 @@ func TestBadInputFailsClearlyAndTouchesNothing(t *testing.T) {
 		want           string
 	}{
 		{"layer range outside", src, "", Options{Layers: &Range{1, 5}}, "outside the model"},
-		{"fp8 without scales", fp8Src, "", Options{DType: "bfloat16"}, "has no scale"},
+		{"fp8 without scales", fp8Src, "", Options{DType: "bfloat16"}, "its scale, is missing"},
 		{"unconvertible dtype", u8Src, "", Options{DType: "bfloat16"}, "cannot be converted as asked"},
 		{"another conversion", src, other, Options{DType: "bfloat16"}, "holds another conversion"},
 		{"foreign files", src, foreign, Options{}, "which strata convert did not write"},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/host/weights/transform"
 )
 
 // chunkBytes bounds what one step reads from a source tensor: memory is
@@ -100,7 +101,7 @@ func runGroup(ctx context.Context, g *group, w *countingWriter) error {
 	switch g.Kind {
 	case kindCopy:
 		return copyBytes(ctx, g.src, w)
-	case kindCast, kindFP8:
+	case kindCast, kindFP8, kindDequant:
 		return streamRows(ctx, g, w)
 	case kindMXFP4:
 		return streamMXFP4(ctx, g, w)
@@ -158,10 +159,13 @@ func matrix(shape []int64) (rows, cols int64) {
 }
 
 // rowReader decodes rows of a float or FP8 source tensor to float32,
-// applying the FP8 scale when there is one.
+// applying the FP8 scale when there is one; or gives the rows of a
+// quantised weight computed by its View expression.
 type rowReader struct {
 	s       *source
 	f       *os.File
+	dt      string // the type of the rows as read
+	data    []byte // the rows, when computed (float32), rather than read from f
 	rows    int64
 	cols    int64
 	esize   int64
@@ -173,12 +177,25 @@ type rowReader struct {
 	scalarS bool
 }
 
-func newRowReader(g *group) (*rowReader, error) {
+func newRowReader(ctx context.Context, g *group) (*rowReader, error) {
+	if g.weight != nil {
+		e, err := g.view.Typed(g.weight)
+		if err != nil {
+			return nil, err
+		}
+		d, err := evalContext(ctx, e, g.read)
+		if err != nil {
+			return nil, fmt.Errorf("dequantising %s: %w", e, err)
+		}
+		r := &rowReader{dt: "F32", esize: 4, data: d.Bytes}
+		r.rows, r.cols = matrix(g.weight.Shape)
+		return r, nil
+	}
 	f, err := os.Open(g.src.Path)
 	if err != nil {
 		return nil, err
 	}
-	r := &rowReader{s: g.src, f: f, esize: int64(elemBytes(g.src.DType))}
+	r := &rowReader{s: g.src, f: f, dt: g.src.DType, esize: int64(elemBytes(g.src.DType))}
 	r.rows, r.cols = matrix(g.src.Shape)
 	if g.scale != nil {
 		raw := make([]byte, g.scale.Length)
@@ -198,17 +215,29 @@ func newRowReader(g *group) (*rowReader, error) {
 		r.bm, r.bn = g.blockRows, g.blockCols
 		rank := len(g.src.Shape)
 		if !r.scalarS {
+			shape := g.scale.Shape
+			if g.scaleShape != nil {
+				shape = g.scaleShape
+			}
 			r.mrows = g.src.Shape[rank-2]
-			r.sr, r.sc = g.scale.Shape[rank-2], g.scale.Shape[rank-1]
+			r.sr, r.sc = shape[rank-2], shape[rank-1]
 		}
 	}
 	return r, nil
 }
 
-func (r *rowReader) close() { r.f.Close() }
+func (r *rowReader) close() {
+	if r.f != nil {
+		r.f.Close()
+	}
+}
 
-// readRaw reads rows [r0, r1) as stored (into a buffer reused).
+// readRaw reads rows [r0, r1) as stored (into a buffer reused), or slices
+// them from the computed rows.
 func (r *rowReader) readRaw(r0, r1 int64) ([]byte, error) {
+	if r.data != nil {
+		return r.data[r0*r.cols*r.esize : r1*r.cols*r.esize], nil
+	}
 	n := (r1 - r0) * r.cols * r.esize
 	if int64(cap(r.buf)) < n {
 		r.buf = make([]byte, n)
@@ -226,7 +255,7 @@ func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	dst = decode(dst[:0], r.s.DType, buf)
+	dst = decode(dst[:0], r.dt, buf)
 	switch {
 	case r.scale == nil:
 	case r.scalarS:
@@ -246,6 +275,30 @@ func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
 	return dst, nil
 }
 
+// evalContext evaluates e (the whole weight: one tensor of a layer),
+// returning as soon as ctx is cancelled; the abandoned evaluation only
+// computes in memory and ends with the tensor, nothing is written from it.
+func evalContext(ctx context.Context, e *transform.Expr, read transform.Reader) (transform.Data, error) {
+	if err := ctx.Err(); err != nil {
+		return transform.Data{}, err
+	}
+	type result struct {
+		data transform.Data
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := e.Eval(read)
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		return transform.Data{}, ctx.Err()
+	}
+}
+
 // rowsPerChunk is how many rows of cols float32 fit a chunk, rounded down to
 // a multiple of align.
 func rowsPerChunk(cols, align int64) int64 {
@@ -257,7 +310,7 @@ func rowsPerChunk(cols, align int64) int64 {
 }
 
 func streamRows(ctx context.Context, g *group, w *countingWriter) error {
-	r, err := newRowReader(g)
+	r, err := newRowReader(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -270,6 +323,13 @@ func streamRows(ctx context.Context, g *group, w *countingWriter) error {
 			return err
 		}
 		r1 := min(r.rows, r0+step)
+		if r.data != nil && g.outDT == r.dt { // computed in the type asked: written as Eval gave it
+			raw, _ := r.readRaw(r0, r1)
+			if _, err := w.Write(raw); err != nil {
+				return err
+			}
+			continue
+		}
 		if vals, err = r.read(r0, r1, vals); err != nil {
 			return err
 		}
@@ -368,14 +428,14 @@ func grow(b []byte, n int64) []byte {
 // 448 / amax (1 for an all-zero block), q = clamp(w × scale, ±448),
 // scale_inv = 1 / scale.
 func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
-	r, err := newRowReader(g)
+	r, err := newRowReader(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer r.close()
 	inv := make([]float32, 0, ceilDiv(r.rows, blockSize)*ceilDiv(r.cols, blockSize))
 	step := rowsPerChunk(r.cols, blockSize)
-	bf16 := r.s.DType == "BF16" && r.scale == nil // the bits read as they are
+	bf16 := r.dt == "BF16" && r.scale == nil // the bits read as they are
 	var vals []float32
 	out := make([]byte, 0)
 	for r0 := int64(0); r0 < r.rows; r0 += step {
@@ -410,14 +470,14 @@ func quantizeBlocks(ctx context.Context, g *group, w *countingWriter) error {
 // min-max per output channel): scale = amax / 448 rounded to its stored
 // type (1 for an all-zero row), q = clamp(w / scale, ±448).
 func quantizeChannels(ctx context.Context, g *group, w *countingWriter) error {
-	r, err := newRowReader(g)
+	r, err := newRowReader(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer r.close()
 	scales := make([]float32, 0, r.rows)
 	step := rowsPerChunk(r.cols, 1)
-	bf16 := r.s.DType == "BF16" && r.scale == nil // the bits read as they are
+	bf16 := r.dt == "BF16" && r.scale == nil // the bits read as they are
 	channelScale := func(amax float32) float32 {
 		s := roundTo(g.outDT, amax/fp8Max)
 		if s == 0 || s != s || math.IsInf(float64(s), 0) {

@@ -175,7 +175,12 @@ func (o *outDir) writeConfig() error {
 		return err
 	}
 	if p.dequantizing() {
+		// The source's quantisation (also where multimodal releases nest
+		// it, as host/quant reads it) describes weights no longer stored.
 		delete(cfg, "quantization_config")
+		if tc, ok := cfg["text_config"].(map[string]any); ok {
+			delete(tc, "quantization_config")
+		}
 	}
 	if p.opts.DType != "" || (p.dequantizing() && p.sourceQuantized()) {
 		name := p.opts.DType
@@ -198,10 +203,11 @@ func (o *outDir) writeConfig() error {
 	return writeJSON(o.d, "config.json", cfg)
 }
 
-// sourceQuantized: the source holds FP8 or MXFP4 weights.
+// sourceQuantized: the source holds quantised weights (a quant.View's, or
+// gpt-oss MXFP4).
 func (p *plan) sourceQuantized() bool {
 	for _, g := range p.groups {
-		if g.Kind == kindFP8 || g.Kind == kindMXFP4 || g.scale != nil {
+		if g.Kind == kindFP8 || g.Kind == kindMXFP4 || g.Kind == kindDequant || g.scale != nil || g.weight != nil {
 			return true
 		}
 	}
@@ -309,7 +315,26 @@ type report struct {
 	MTP          *MTP           `json:"mtp"`
 	Exclusions   []string       `json:"exclusions,omitempty"`
 	Quantization map[string]any `json:"quantization_config,omitempty"`
-	Tensors      []*accounting  `json:"tensors"`
+	// SourceQuantization is the source's quantisation, when its weights
+	// were dequantised through host/quant.
+	SourceQuantization *sourceQuantization `json:"source_quantization,omitempty"`
+	Tensors            []*accounting       `json:"tensors"`
+}
+
+// sourceQuantization describes a quantised source that was dequantised.
+type sourceQuantization struct {
+	Method  string   `json:"quant_method"`
+	Format  string   `json:"format"`
+	Weights int      `json:"weights"` // quantised weights, each one output tensor
+	Notes   []string `json:"notes,omitempty"`
+}
+
+// sourceQuantization is the report's account of the source's quantisation.
+func (p *plan) sourceQuantization() *sourceQuantization {
+	if !p.viewDriven() {
+		return nil
+	}
+	return &sourceQuantization{Method: p.view.Method, Format: p.view.Format, Weights: len(p.view.Weights()), Notes: p.view.Notes}
 }
 
 // report gathers the accounting from the shard records (a resumed or
@@ -318,7 +343,7 @@ type report struct {
 func (o *outDir) report(res *Result) (*report, error) {
 	r := &report{Format: "strata-convert-report/1", Source: filepath.Base(o.p.inv.dir), DType: o.p.opts.DType,
 		Quantize: o.p.opts.Quantize, Layers: o.p.layers, Summary: map[string]int{}, MTP: o.p.mtp,
-		Exclusions: o.p.exclusions, Quantization: o.p.quantizationConfig()}
+		Exclusions: o.p.exclusions, Quantization: o.p.quantizationConfig(), SourceQuantization: o.p.sourceQuantization()}
 	seen := map[string]bool{}
 	layers := slices.Clone(o.p.layers)
 	if len(o.p.byLayer[-1]) > 0 {

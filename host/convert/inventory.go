@@ -25,6 +25,7 @@ type source struct {
 // other *.safetensors file in the directory (a standalone mtp.safetensors
 // is not in the index).
 type inventory struct {
+	ckpt      *checkpoint.Checkpoint // the headers, as host/quant reads them
 	dir       string
 	config    map[string]any
 	configRaw []byte
@@ -53,7 +54,7 @@ func openInventory(dir string) (*inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv := &inventory{dir: ck.Dir, configRaw: ck.ConfigJSON, tensors: map[string]*source{}}
+	inv := &inventory{ckpt: ck, dir: ck.Dir, configRaw: ck.ConfigJSON, tensors: map[string]*source{}}
 	dec := json.NewDecoder(bytes.NewReader(ck.ConfigJSON))
 	dec.UseNumber()
 	if err := dec.Decode(&inv.config); err != nil {
@@ -107,6 +108,25 @@ func openInventory(dir string) (*inventory, error) {
 	}
 	sort.Strings(inv.keys)
 	return inv, nil
+}
+
+// read returns a source tensor's stored bytes (a transform.Reader: the
+// stored parts of a quantised weight, which its expression dequantises).
+func (inv *inventory) read(key string) ([]byte, error) {
+	s, ok := inv.tensors[key]
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is not in the source", key)
+	}
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, s.Length)
+	if _, err := f.ReadAt(buf, s.Offset); err != nil {
+		return nil, fmt.Errorf("reading %s from %s: %w", key, s.Path, err)
+	}
+	return buf, nil
 }
 
 // regularFile resolves links (the Hugging Face cache links blobs) and

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/host/checkpoint"
+	"github.com/strata-llm/strata/host/quant"
+	"github.com/strata-llm/strata/host/weights/transform"
 )
 
 // Quantisation schemes.
@@ -22,22 +24,33 @@ const blockSize = 128
 const (
 	kindCopy      = "copy"           // bytes as stored
 	kindCast      = "cast"           // float to float
-	kindFP8       = "fp8_dequant"    // FP8 weight × its scale, to a float type
+	kindFP8       = "fp8_dequant"    // FP8 weight × its scale, to a float type, streamed
+	kindDequant   = "dequant"        // a quantised weight computed by its quant.View expression, to a float type
 	kindMXFP4     = "mxfp4_dequant"  // gpt-oss blocks + E8M0 scales, to a float type
 	kindQuantBlk  = "quantize_block" // to E4M3 + per-block scale_inv
 	kindQuantChan = "quantize_channel"
 )
 
 // group is what produces one output tensor (and its scale, when
-// quantised) from one or two source tensors.
+// quantised) from one or two source tensors, or from a quantised weight's
+// stored parts.
 type group struct {
 	Layer   int // decoder layer, -1 for the tail
 	Kind    string
 	Outputs []checkpoint.Entry
-	src     *source // the tensor read
+	src     *source // the tensor read (of a quantised weight: its stored values)
 	scale   *source // FP8 scale or MXFP4 scales
-	// dequant: how the FP8 scale grid maps onto the weight
+	// FP8 dequant: the scale's shape as the dequantisation reads it (the
+	// View's reshape of a per-channel [out] scale), and how its grid maps
+	// onto the weight
+	scaleShape           []int64
 	blockRows, blockCols int64
+	// weight: a quantised weight that is not a plain FP8 × scale, computed
+	// whole by Eval of its View expression (typed when it is written: a plan
+	// of a large release holds no expression trees), from read.
+	weight *quant.Weight
+	view   *quant.View
+	read   transform.Reader
 	// the float type the rows are written in (cast, dequant), or the
 	// scale's type (quantize_channel)
 	outDT     string
@@ -68,15 +81,24 @@ type plan struct {
 	layers     []int            // decoder layers with tensors, sorted
 	accounts   map[string]*accounting
 	exclusions []string // modules not quantised (names, then MTP prefixes), when quantising
+	// view is the source's quantisation (host/quant), read when dequantising.
+	view *quant.View
 }
+
+// viewDriven: the source's quantised weights are planned from the View
+// (every format host/quant reads), not by name (gpt-oss MXFP4, which its
+// plugin dequantises, keeps convert's own planning).
+func (p *plan) viewDriven() bool { return p.view.Quantized() && !p.view.PluginHandled }
 
 func (p *plan) quantizing() bool {
 	return p.opts.Quantize == QuantFP8Block || p.opts.Quantize == QuantFP8Dynamic
 }
 
-// dequantizing: quantised sources are decoded (a dtype or a quantisation
-// was asked); otherwise everything is carried as stored.
-func (p *plan) dequantizing() bool { return p.opts.DType != "" || p.quantizing() }
+// dequantizing: quantised sources are decoded (a dtype, a quantisation or
+// --quantize none was asked); otherwise everything is carried as stored.
+func (p *plan) dequantizing() bool {
+	return p.opts.DType != "" || p.quantizing() || p.opts.Quantize == QuantNone
+}
 
 func makePlan(inv *inventory, mtp *MTP, opts Options) (*plan, error) {
 	p := &plan{inv: inv, mtp: mtp, opts: opts, byLayer: map[int][]*group{}, accounts: map[string]*accounting{}}
@@ -85,11 +107,38 @@ func makePlan(inv *inventory, mtp *MTP, opts Options) (*plan, error) {
 		p.accounts[k] = &accounting{Key: k, File: s.Shard, DType: s.DType, Shape: shapeOf(s.Shape), MTP: mtp.IsMTP(k)}
 	}
 	done := map[string]bool{}
-	for _, k := range inv.keys {
-		if done[k] {
-			continue
+	if p.dequantizing() {
+		view, err := quant.ReadWeights(inv.ckpt)
+		if err != nil {
+			return nil, fmt.Errorf("cannot dequantise %s: %w (without --dtype and --quantize, convert carries a checkpoint as stored)", inv.dir, err)
 		}
-		if err := p.planKey(k, done); err != nil {
+		p.view = view
+	}
+	// A quantised weight is planned where its first stored part comes in
+	// key order, as every other group: a shard lays its tensors out in
+	// plan order, so an FP8 source converts to the bytes it always did.
+	partOf := map[string]*quant.Weight{}
+	if p.viewDriven() {
+		for _, w := range p.view.Weights() {
+			for _, k := range w.Dequant().Keys() {
+				partOf[k] = w
+			}
+		}
+	}
+	for _, k := range inv.keys {
+		var err error
+		switch w := partOf[k]; {
+		case done[k]:
+			continue
+		case w != nil:
+			err = p.planWeight(w, done)
+		case p.viewDriven() && p.view.Stored(k):
+			done[k] = true
+			p.dropStored(k)
+		default:
+			err = p.planKey(k, done)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -146,24 +195,16 @@ func (p *plan) planKey(k string, done map[string]bool) error {
 	s := inv.tensors[k]
 	acc := p.accounts[k]
 	done[k] = true
-	if base, ok := cutAny(k, ".input_scale", ".activation_scale"); ok && p.dequantizing() {
-		if w, ok := inv.tensors[base+".weight"]; ok && isFP8(w.DType) {
-			p.dropActivationScale(k)
-			return nil
-		}
-	}
 	// MXFP4 pair (gpt-oss): X_blocks U8 [..., R, G, 16] + X_scales U8 [..., R, G].
 	if base, ok := strings.CutSuffix(k, "_blocks"); ok && p.dequantizing() && s.DType == "U8" {
 		if sc, ok := inv.tensors[base+"_scales"]; ok {
 			return p.planMXFP4(base, s, sc, done)
 		}
 	}
-	if isFP8(s.DType) && p.dequantizing() {
-		return p.planFP8(k, s, done)
-	}
 	if isFloat(s.DType) {
-		if p.quantizing() && p.quantizable(k, s) {
-			return p.planQuant(k, s, nil, 0, 0, done)
+		if p.quantizing() && p.quantizable(k, s.Shape) {
+			p.planQuant(k, &group{src: s}, s.Shape, s.DType)
+			return nil
 		}
 		out := p.targetDT(s.DType)
 		if out != s.DType {
@@ -175,13 +216,124 @@ func (p *plan) planKey(k string, done map[string]bool) error {
 	} else if p.dequantizing() {
 		switch s.DType {
 		case "U8", "I8", "F4", "F8_E8M0", "F8_E4M3", "F8_E5M2":
-			return fmt.Errorf("tensor %s (%s %v in %s) cannot be converted as asked: it is neither a float tensor nor part of a quantised pair strata knows (FP8 weight + weight_scale_inv or weight_scale, MXFP4 *_blocks + *_scales); convert without --dtype and --quantize to carry it as stored", k, s.DType, s.Shape, s.Shard)
+			return fmt.Errorf("tensor %s (%s %v in %s) cannot be converted as asked: it is neither a float tensor nor part of a quantised weight strata reads (quantization_config fp8, compressed-tensors or modelopt; gpt-oss MXFP4 *_blocks + *_scales); convert without --dtype and --quantize to carry it as stored", k, s.DType, s.Shape, s.Shard)
 		}
 		acc.Reason = "not a float tensor: carried as stored"
 	}
 	p.add(&group{Kind: kindCopy, src: s, Outputs: []checkpoint.Entry{{Name: k, DType: s.DType, Shape: s.Shape}}}, k)
 	acc.Action, acc.Outputs = "copied", []string{k}
 	return nil
+}
+
+// planWeight plans a quantised weight of the View: one output under its
+// logical key, dequantised by its expression (then cast, or re-quantised);
+// its stored parts are consumed, never copied.
+func (p *plan) planWeight(w *quant.Weight, done map[string]bool) error {
+	expr, err := p.view.Typed(w)
+	if err != nil {
+		return err
+	}
+	keys := expr.Keys()
+	vals, ok := p.inv.tensors[keys[0]]
+	if !ok {
+		return fmt.Errorf("quantised weight %s: tensor %s is not in the source", w.Key, keys[0])
+	}
+	for _, k := range keys {
+		done[k] = true
+	}
+	how := "dequantised as " + expr.String()
+	g := &group{src: vals}
+	if sc, shape, bm, bn, ok := p.plainFP8(expr); ok {
+		// FP8 × scale: streamed in rows by the FP8 kernel, which gives
+		// Eval's bits (TestFP8KernelGivesTheViewsBits).
+		g.scale, g.scaleShape, g.blockRows, g.blockCols = sc, shape, bm, bn
+	} else {
+		g.weight, g.view, g.read = w, p.view, p.inv.read
+	}
+	a := p.accounts[vals.Key]
+	// MTP membership is the stored tensors' (a packed weight's logical key
+	// is none of them).
+	if p.quantizing() && !p.mtp.IsMTP(vals.Key) && p.quantizable(w.Key, w.Shape) {
+		p.planQuant(w.Key, g, w.Shape, how)
+	} else {
+		g.Kind, g.outDT = kindDequant, p.targetDT("")
+		if g.weight == nil {
+			g.Kind = kindFP8
+		}
+		g.Outputs = []checkpoint.Entry{{Name: w.Key, DType: g.outDT, Shape: w.Shape}}
+		p.add(g, w.Key)
+		a.Action, a.Outputs, a.Reason = "dequantized", []string{w.Key}, fmt.Sprintf("%s to %s", how, g.outDT)
+		if w.Activation != "" {
+			a.Reason += fmt.Sprintf("; the source also quantised its layer's inputs (%s), which a float checkpoint does not", w.Activation)
+		}
+	}
+	for _, k := range keys[1:] {
+		b := p.accounts[k]
+		b.Action, b.Reason = "dropped", fmt.Sprintf("%s of the quantised %s, folded into its dequantisation", partRole(expr, k), w.Key)
+	}
+	return nil
+}
+
+// dropStored accounts for a stored tensor of the View that is part of no
+// weight's expression: a packed weight's stored shape, or an activation or
+// KV-cache scale the View does not apply.
+func (p *plan) dropStored(k string) {
+	a := p.accounts[k]
+	a.Action = "dropped"
+	if w := moduleOf(k) + ".weight"; strings.HasSuffix(k, ".weight_shape") {
+		if _, ok := p.view.Weight(w); ok {
+			a.Reason = "stored shape of the packed " + w + ", which its dequantisation has"
+			return
+		}
+	}
+	a.Reason = fmt.Sprintf("activation or KV-cache scale of the %s source: not applied (weight-only dequantisation), and meaningless once the weights are float", p.view.Method)
+}
+
+// plainFP8 recognises a View expression the FP8 kernel computes: an FP8
+// weight times a float scale (one value, or a grid over its last two axes,
+// maybe reshaped: ModelOpt's per-channel [out] scale), no zero point. It
+// returns the scale, its shape as the dequantisation reads it, and the
+// block, as transform's dequant derives them.
+func (p *plan) plainFP8(e *transform.Expr) (sc *source, shape []int64, bm, bn int64, ok bool) {
+	if e.Op != transform.OpDequant && e.Op != transform.OpFP8 || len(e.Args) != 2 || !e.Args[0].IsLeaf() {
+		return nil, nil, 0, 0, false
+	}
+	w := p.inv.tensors[e.Args[0].Key]
+	s := e.Args[1]
+	if s.Op == transform.OpReshape && len(s.Args) == 1 {
+		s = s.Args[0]
+	}
+	if w == nil || !isFP8(w.DType) || !s.IsLeaf() {
+		return nil, nil, 0, 0, false
+	}
+	sc = p.inv.tensors[s.Key]
+	if sc == nil || !isFloat(sc.DType) {
+		return nil, nil, 0, 0, false
+	}
+	shape = e.Args[1].Type.Shape
+	if sc.Elements() == 1 && (len(e.Ints) == 0 || len(shape) < 2) {
+		return sc, shape, 0, 0, true // one scale
+	}
+	r := len(w.Shape)
+	if r < 2 || len(shape) != r {
+		return nil, nil, 0, 0, false
+	}
+	if len(e.Ints) == 2 {
+		return sc, shape, e.Ints[0], e.Ints[1], true
+	}
+	return sc, shape, w.Shape[r-2] / shape[r-2], w.Shape[r-1] / shape[r-1], true
+}
+
+// partRole names what a stored part is to its dequantisation.
+func partRole(e *transform.Expr, key string) string {
+	if e.Op == transform.OpDequant || e.Op == transform.OpFP8 {
+		for i, a := range e.Args {
+			if slices.Contains(a.Keys(), key) {
+				return []string{"stored values", "scale", "zero point"}[min(i, 2)]
+			}
+		}
+	}
+	return "stored part"
 }
 
 func (p *plan) planMXFP4(base string, blocks, scales *source, done map[string]bool) error {
@@ -211,107 +363,10 @@ func (p *plan) planMXFP4(base string, blocks, scales *source, done map[string]bo
 	return nil
 }
 
-// fp8Scale finds the scale of an FP8 weight: X_scale_inv (block-scaled
-// releases), or for X = M.weight, M.weight_scale (compressed-tensors,
-// ModelOpt), or X_scale.
-func (p *plan) fp8Scale(k string) *source {
-	for _, name := range []string{k + "_scale_inv", k + "_scale"} {
-		if s, ok := p.inv.tensors[name]; ok {
-			return s
-		}
-	}
-	return nil
-}
-
-func (p *plan) planFP8(k string, w *source, done map[string]bool) error {
-	sc := p.fp8Scale(k)
-	if sc == nil {
-		return fmt.Errorf("FP8 tensor %s (%s %v in %s) has no scale (%s_scale_inv or %s_scale): it cannot be dequantised; convert without --dtype and --quantize to carry it as stored, or restore the scales", k, w.DType, w.Shape, w.Shard, k, k)
-	}
-	bm, bn, err := p.scaleGrid(w, sc)
-	if err != nil {
-		return err
-	}
-	done[sc.Key] = true
-	b := p.accounts[sc.Key]
-	b.Action, b.Reason = "dropped", "scale of the FP8 source, folded into the dequantised "+k
-	// Static activation scales of the quantised module mean nothing once
-	// its weight is dequantised.
-	mod := moduleOf(k)
-	for _, name := range []string{mod + ".input_scale", mod + ".activation_scale"} {
-		if _, ok := p.accounts[name]; ok && !done[name] {
-			done[name] = true
-			p.dropActivationScale(name)
-		}
-	}
-	if p.quantizing() && p.quantizable(k, w) {
-		return p.planQuant(k, w, sc, bm, bn, done)
-	}
-	out := p.targetDT("")
-	p.add(&group{Kind: kindFP8, src: w, scale: sc, blockRows: bm, blockCols: bn, outDT: out,
-		Outputs: []checkpoint.Entry{{Name: k, DType: out, Shape: w.Shape}}}, k)
-	a := p.accounts[k]
-	a.Action, a.Outputs, a.Reason = "dequantized", []string{k}, fmt.Sprintf("fp8_dequant with %s to %s", sc.Key, out)
-	return nil
-}
-
-// scaleGrid says how many weight rows and columns one scale element covers.
-func (p *plan) scaleGrid(w, sc *source) (int64, int64, error) {
-	r := len(w.Shape)
-	if sc.Elements() == 1 {
-		rows, cols := int64(1), int64(1)
-		if r >= 2 {
-			rows, cols = w.Shape[r-2], w.Shape[r-1]
-		} else if r == 1 {
-			cols = w.Shape[0]
-		}
-		return max(rows, 1), max(cols, 1), nil
-	}
-	bad := fmt.Errorf("FP8 scale %s %v does not fit weight %s %v (expected a per-tensor scalar, per-channel [out, 1], or a block grid): it cannot be dequantised", sc.Key, sc.Shape, w.Key, w.Shape)
-	if r < 2 || len(sc.Shape) != r || !slices.Equal(sc.Shape[:r-2], w.Shape[:r-2]) {
-		return 0, 0, bad
-	}
-	rows, cols, sr, scn := w.Shape[r-2], w.Shape[r-1], sc.Shape[r-2], sc.Shape[r-1]
-	if sr == 0 || scn == 0 {
-		return 0, 0, bad
-	}
-	grid := func(n, s int64, declared int64) (int64, bool) {
-		if declared > 0 && (n+declared-1)/declared == s {
-			return declared, true
-		}
-		if n%s == 0 {
-			return n / s, true
-		}
-		return 0, false
-	}
-	bs := p.sourceBlock()
-	bm, ok1 := grid(rows, sr, bs[0])
-	bn, ok2 := grid(cols, scn, bs[1])
-	if !ok1 || !ok2 {
-		return 0, 0, bad
-	}
-	return bm, bn, nil
-}
-
-// sourceBlock is the source's quantization_config.weight_block_size, or 0s.
-func (p *plan) sourceBlock() [2]int64 {
-	qc, _ := p.inv.config["quantization_config"].(map[string]any)
-	ws, _ := qc["weight_block_size"].([]any)
-	var out [2]int64
-	if len(ws) == 2 {
-		for i, v := range ws {
-			if n, ok := v.(interface{ Int64() (int64, error) }); ok {
-				out[i], _ = n.Int64()
-			}
-		}
-	}
-	return out
-}
-
 // quantizable: a Linear weight of a decoder layer that is not MTP, a
 // router, a norm or an embedding. Everything else stays in its float type.
-func (p *plan) quantizable(k string, s *source) bool {
-	if p.mtp.IsMTP(k) || len(s.Shape) != 2 || !strings.HasSuffix(k, ".weight") {
+func (p *plan) quantizable(k string, shape []int64) bool {
+	if p.mtp.IsMTP(k) || len(shape) != 2 || !strings.HasSuffix(k, ".weight") {
 		return false
 	}
 	if l, _ := layerOf(k); l < 0 {
@@ -331,27 +386,25 @@ func neverQuantized(module string) bool {
 	return strings.Contains(last, "norm") || strings.Contains(last, "embed")
 }
 
-func (p *plan) planQuant(k string, s, sc *source, bm, bn int64, done map[string]bool) error {
-	rows, cols := s.Shape[0], s.Shape[1]
-	g := &group{src: s, scale: sc, blockRows: bm, blockCols: bn, quantize: p.opts.Quantize}
-	a := p.accounts[k]
-	from := s.DType
-	if sc != nil {
-		from = "FP8 dequantised with " + sc.Key
-	}
+// planQuant quantises k (shape [out, in]) from what g reads: a float
+// tensor, or a quantised weight dequantised first (from says how).
+func (p *plan) planQuant(k string, g *group, shape []int64, from string) {
+	rows, cols := shape[0], shape[1]
+	g.quantize = p.opts.Quantize
+	a := p.accounts[g.src.Key]
 	switch p.opts.Quantize {
 	case QuantFP8Block:
 		g.Kind = kindQuantBlk
 		g.Outputs = []checkpoint.Entry{
-			{Name: k, DType: "F8_E4M3", Shape: s.Shape},
+			{Name: k, DType: "F8_E4M3", Shape: shape},
 			{Name: k + "_scale_inv", DType: "F32", Shape: []int64{ceilDiv(rows, blockSize), ceilDiv(cols, blockSize)}},
 		}
 		a.Reason = fmt.Sprintf("%s to E4M3 with a float32 weight_scale_inv per %d×%d block", from, blockSize, blockSize)
 	default:
 		g.Kind = kindQuantChan
-		g.outDT = p.targetDT(s.DType)
+		g.outDT = p.targetDT(g.src.DType)
 		g.Outputs = []checkpoint.Entry{
-			{Name: k, DType: "F8_E4M3", Shape: s.Shape},
+			{Name: k, DType: "F8_E4M3", Shape: shape},
 			{Name: moduleOf(k) + ".weight_scale", DType: g.outDT, Shape: []int64{rows, 1}},
 		}
 		a.Reason = fmt.Sprintf("%s to E4M3 with a per-output-channel %s weight_scale", from, g.outDT)
@@ -361,7 +414,6 @@ func (p *plan) planQuant(k string, s, sc *source, bm, bn int64, done map[string]
 	for _, e := range g.Outputs {
 		a.Outputs = append(a.Outputs, e.Name)
 	}
-	return nil
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
@@ -425,18 +477,4 @@ func (p *plan) exclusionList() []string {
 		}
 	}
 	return out
-}
-
-func (p *plan) dropActivationScale(key string) {
-	a := p.accounts[key]
-	a.Action, a.Reason = "dropped", "activation scale of the FP8 source module "+moduleOf(key)+": meaningless once its weight is dequantised"
-}
-
-func cutAny(s string, suffixes ...string) (string, bool) {
-	for _, x := range suffixes {
-		if b, ok := strings.CutSuffix(s, x); ok {
-			return b, true
-		}
-	}
-	return s, false
 }

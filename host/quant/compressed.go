@@ -79,7 +79,7 @@ func (r *resolver) compressedTensors(cfg config) error {
 		if g.Format == "" {
 			g.Format = top
 		}
-		if err := g.check(); err != nil {
+		if err := g.check(r); err != nil {
 			return err
 		}
 		if g.targets, err = compileTargets(g.Targets); err != nil {
@@ -109,6 +109,15 @@ func (r *resolver) compressedTensors(cfg config) error {
 			return err
 		}
 	}
+	if r.weightsOnly { // static activation scales of schemes noted above
+		for _, k := range r.ckpt.Keys() {
+			for _, suffix := range []string{".input_scale", ".input_zero_point", ".input_global_scale", ".output_scale", ".output_zero_point"} {
+				if m, ok := strings.CutSuffix(k, suffix); ok && r.view.weights[m+".weight"] != nil {
+					r.hide(k, "activation scale: not carried into the float weights")
+				}
+			}
+		}
+	}
 	if r.expertActivations > 0 {
 		r.view.Notes = append(r.view.Notes, fmt.Sprintf("the inputs of %d routed-expert weights are not quantised, as transformers computes them (its MoE experts are fused parameters, not the Linear modules compressed-tensors quantises the inputs of); vLLM's fused-MoE kernels would quantise them per token", r.expertActivations))
 	}
@@ -131,20 +140,23 @@ func compact(raw json.RawMessage) string {
 }
 
 // check refuses what a group asks that strata does not compute.
-func (g *ctGroup) check() error {
+func (g *ctGroup) check(r *resolver) error {
 	at := "quantization_config.config_groups." + g.name
 	if !isNull(g.Input) {
 		var in ctArgs
 		if err := json.Unmarshal(g.Input, &in); err != nil {
 			return fmt.Errorf("%s.input_activations: %w", at, err)
 		}
-		if !in.fp8PerToken() {
-			return fmt.Errorf("%s.input_activations (%s) is not supported: strata computes FP8 dynamic per-token activations (FP8_DYNAMIC) only; export a weight-only checkpoint, or dequantise this one (strata convert --quantize none)", at, compact(g.Input))
+		if in.fp8PerToken() {
+			g.activation = ActivationFP8PerToken
+		} else if err := r.unsupportedActivations(fmt.Errorf("%s.input_activations (%s) is not supported: strata computes FP8 dynamic per-token activations (FP8_DYNAMIC) only; export a weight-only checkpoint, or dequantise this one (strata convert --quantize none)", at, compact(g.Input))); err != nil {
+			return err
 		}
-		g.activation = ActivationFP8PerToken
 	}
 	if !isNull(g.Output) {
-		return fmt.Errorf("%s.output_activations quantises outputs (%s): strata does not implement it", at, compact(g.Output))
+		if err := r.unsupportedActivations(fmt.Errorf("%s.output_activations quantises outputs (%s): strata does not implement it", at, compact(g.Output))); err != nil {
+			return err
+		}
 	}
 	switch g.Format {
 	case ctFloat, ctPack, ctInt, ctNaive, ctDense:

@@ -21,8 +21,13 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	if f := cfg.str("fmt"); f != "" && f != "e4m3" {
 		return fmt.Errorf("quantization_config.fmt %q is not supported: fine-grained FP8 checkpoints strata reads store e4m3", f)
 	}
+	static := false
 	if a := cfg.str("activation_scheme"); a != "" && a != "dynamic" {
-		return fmt.Errorf("quantization_config.activation_scheme %q is not supported: static FP8 activation scales change the math, and only \"dynamic\" (computed in float when dequantised, as transformers does on CPU) is", a)
+		err := fmt.Errorf("quantization_config.activation_scheme %q is not supported: static FP8 activation scales change the math, and only \"dynamic\" (computed in float when dequantised, as transformers does on CPU) is", a)
+		if err := r.unsupportedActivations(err); err != nil {
+			return err
+		}
+		static = true
 	}
 	var block []int64
 	if raw := cfg["weight_block_size"]; !isNull(raw) {
@@ -67,6 +72,10 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	}
 	for _, k := range r.ckpt.Keys() {
 		if base, ok := strings.CutSuffix(k, ".input_scale"); ok && r.view.weights[base+".weight"] != nil {
+			if static {
+				r.hide(k, "static activation scale")
+				continue
+			}
 			return fmt.Errorf("tensor %s is a static activation scale, which fine-grained FP8 with dynamic activations does not have; strata does not apply static activation scales", k)
 		}
 	}

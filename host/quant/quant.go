@@ -188,12 +188,21 @@ func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 
 // Read reads ckpt's quantisation and resolves every quantised weight
 // against its tensors. An unquantised checkpoint gives an empty View.
-func Read(ckpt *checkpoint.Checkpoint) (*View, error) {
+func Read(ckpt *checkpoint.Checkpoint) (*View, error) { return read(ckpt, false) }
+
+// ReadWeights is Read for a reader of the weights alone (strata convert
+// writing a float checkpoint, which carries no activation quantisation):
+// activation schemes strata cannot compute are noted, not refused, and
+// their scales are not weights.
+func ReadWeights(ckpt *checkpoint.Checkpoint) (*View, error) { return read(ckpt, true) }
+
+func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 	cfg, err := quantConfig(ckpt)
 	if err != nil {
 		return nil, err
 	}
-	r := &resolver{ckpt: ckpt, view: &View{weights: map[string]*Weight{}, parts: map[string]string{}, hidden: map[string]string{}}}
+	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly,
+		view: &View{weights: map[string]*Weight{}, parts: map[string]string{}, hidden: map[string]string{}}}
 	r.view.lookup = r.lookup
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
@@ -255,6 +264,18 @@ type resolver struct {
 	// expertActivations counts routed-expert weights whose input
 	// quantisation transformers does not apply.
 	expertActivations int
+	// weightsOnly: the reader reads weights, not the model's math (ReadWeights).
+	weightsOnly bool
+}
+
+// unsupportedActivations refuses what strata cannot compute of activation
+// quantisation, or, reading weights only, notes it.
+func (r *resolver) unsupportedActivations(err error) error {
+	if !r.weightsOnly {
+		return err
+	}
+	r.view.Notes = append(r.view.Notes, "not carried into the float weights: "+err.Error())
+	return nil
 }
 
 func (r *resolver) scheme(cfg config) error {

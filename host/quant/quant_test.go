@@ -70,6 +70,27 @@ func without(base tensors, name string) tensors {
 	return slices.DeleteFunc(slices.Clone(base), func(t headeronly.Tensor) bool { return t.Name == name })
 }
 
+// A reader of the weights alone (convert to float) is not refused for
+// activation quantisation it does not carry: noted, its scales not weights.
+func TestReadWeightsNotesActivations(t *testing.T) {
+	static := strings.Replace(ctFP8Dyn, `"strategy": "token", "dynamic": true`, `"strategy": "tensor", "dynamic": false`, 1)
+	ts := tensors{tensor("q.weight", "F8_E4M3", 64, 32), tensor("q.weight_scale", "BF16", 64, 1), tensor("q.input_scale", "BF16", 1)}
+	if _, err := Read(open(t, static, "", ts)); err == nil {
+		t.Fatal("Read accepted static activations it cannot compute")
+	}
+	v, err := ReadWeights(open(t, static, "", ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Weights()) != 1 || !v.Auxiliary("q.input_scale") || !strings.Contains(strings.Join(v.Notes, " "), "not carried into the float weights") {
+		t.Errorf("weights %v, notes %v", v.Weights(), v.Notes)
+	}
+	fp8Static := `{"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}`
+	if _, err := ReadWeights(open(t, fp8Static, "", with(fp8Linear, tensor("q.input_scale", "F32")))); err != nil {
+		t.Errorf("static FP8 activations, reading weights: %v", err)
+	}
+}
+
 func TestRead(t *testing.T) {
 	cases := []struct {
 		name, qc, modelOpt string
