@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
 )
 
@@ -312,7 +313,8 @@ func (r *resolver) quantizedModules() []string {
 
 func isFloatDType(dt string) bool { return dt == "F32" || dt == "BF16" || dt == "F16" || dt == "F64" }
 
-// ctModule resolves one module's weight under its group.
+// ctModule resolves one module's weight under its group: its tensors are
+// checked here; the group builds its expression (expr) when asked.
 func (r *resolver) ctModule(m string, g *ctGroup) error {
 	w := g.Weights
 	scale := m + ".weight_scale"
@@ -321,9 +323,25 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 		return fmt.Errorf("module %s is quantised (%s) but %s, its scale, is missing from the checkpoint", m, g.Format, scale)
 	}
 	key := m + ".weight"
-	values, cols, err := r.ctValues(m, g)
-	if err != nil {
-		return err
+	switch g.Format {
+	case ctPack:
+		packed := m + ".weight_packed"
+		pt, ok := r.tensor(packed)
+		if !ok {
+			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, ctPack, packed)
+		}
+		if w.Type != "int" {
+			return fmt.Errorf("module %s: %s holds int weights, but its config group says %s", m, ctPack, w.Type)
+		}
+		if len(pt.Shape) < 2 {
+			return fmt.Errorf("tensor %s has shape %v: packed weights are [out, words]", packed, pt.Shape)
+		}
+	case ctFloat, ctInt, ctNaive:
+		if !r.has(key) {
+			return fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, g.Format, key)
+		}
+	default:
+		return fmt.Errorf("module %s holds quantised tensors, but its config group's format is %s", m, g.Format)
 	}
 	zp := m + ".weight_zero_point"
 	hasZero := r.has(zp)
@@ -333,31 +351,10 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 	if !hasZero && w.Symmetric != nil && !*w.Symmetric {
 		return fmt.Errorf("module %s is quantised asymmetrically (config group %s) but %s, its zero point, is missing", m, g.name, zp)
 	}
-	var block []int64
-	switch w.Strategy {
-	case "tensor":
-		if st.Elements() != 1 {
-			return fmt.Errorf("quantised weight %s: scale %v of per-tensor quantisation must be one value", key, st.Shape)
-		}
-	case "channel": // a block is one output row
-		block = []int64{1, cols}
-	case "group":
-		block = []int64{1, w.GroupSize}
-	case "block":
-		block = w.BlockStructure
+	if w.Strategy == "tensor" && st.Elements() != 1 {
+		return fmt.Errorf("quantised weight %s: scale %v of per-tensor quantisation must be one value", key, st.Shape)
 	}
-	// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype));
-	// transformers loading in float32 has upcast the scale first, so the
-	// product is float32's, as here (measured: rounding it to the stored
-	// bfloat16 scale's type moved logits by 5e-2).
-	packed := g.Format == ctPack
-	weight, err := r.add(key, func() *transform.Expr {
-		args := []*transform.Expr{values(), transform.Leaf(scale)}
-		if hasZero {
-			args = append(args, r.zeroPoint(zp, w, st.Shape, packed))
-		}
-		return dequant(block, args...)
-	})
+	weight, err := r.add(key, g)
 	if err != nil {
 		return err
 	}
@@ -369,51 +366,55 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 		weight.Activation = ""
 		r.expertActivations++
 	}
-	if packed && r.has(m+".weight_shape") {
+	if g.Format == ctPack && r.has(m+".weight_shape") {
 		r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
 	}
 	return nil
 }
 
-// ctValues is how a module's quantised values are read (a builder of the
-// expression), and the weight's input width.
-func (r *resolver) ctValues(m string, g *ctGroup) (func() *transform.Expr, int64, error) {
+// expr is a module's dequantisation under the group: (q − z) · s, q the
+// stored values (unpacked when packed), z the zero point if stored, s the
+// scale per tensor, channel, group or block.
+//
+// compressed-tensors dequantises in the scale's dtype (x_q.to(scale.dtype));
+// transformers loading in float32 has upcast the scale first, so the
+// product is float32's, as here (measured: rounding it to the stored
+// bfloat16 scale's type moved logits by 5e-2).
+func (g *ctGroup) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
 	w := g.Weights
-	switch g.Format {
-	case ctPack:
+	m := strings.TrimSuffix(key, ".weight")
+	scale := m + ".weight_scale"
+	st, _ := c.Tensor(scale)
+	values := transform.Leaf(key)
+	var cols int64
+	if g.Format == ctPack {
 		packed := m + ".weight_packed"
-		pt, ok := r.tensor(packed)
-		if !ok {
-			return nil, 0, fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, ctPack, packed)
-		}
-		if w.Type != "int" {
-			return nil, 0, fmt.Errorf("module %s: %s holds int weights, but its config group says %s", m, ctPack, w.Type)
-		}
-		if len(pt.Shape) < 2 {
-			return nil, 0, fmt.Errorf("tensor %s has shape %v: packed weights are [out, words]", packed, pt.Shape)
-		}
-		st, _ := r.tensor(m + ".weight_scale")
-		cols := r.unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
-		return func() *transform.Expr {
-			return &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
-				Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
-		}, cols, nil
-	case ctFloat, ctInt, ctNaive:
-		key := m + ".weight"
-		t, ok := r.tensor(key)
-		if !ok {
-			return nil, 0, fmt.Errorf("module %s: %s format but %s is missing from the checkpoint", m, g.Format, key)
-		}
-		var cols int64
-		if len(t.Shape) > 0 {
-			cols = t.Shape[len(t.Shape)-1]
-		}
-		return func() *transform.Expr { return transform.Leaf(key) }, cols, nil
+		pt, _ := c.Tensor(packed)
+		cols = unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
+		values = &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
+			Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
+	} else if t, _ := c.Tensor(key); len(t.Shape) > 0 {
+		cols = t.Shape[len(t.Shape)-1]
 	}
-	return nil, 0, fmt.Errorf("module %s holds quantised tensors, but its config group's format is %s", m, g.Format)
+	args := []*transform.Expr{values, transform.Leaf(scale)}
+	if zp := m + ".weight_zero_point"; hasTensor(c, zp) {
+		args = append(args, zeroPoint(c, zp, w, st.Shape, g.Format == ctPack))
+	}
+	var block []int64
+	switch w.Strategy {
+	case "channel": // a block is one output row
+		block = []int64{1, cols}
+	case "group":
+		block = []int64{1, w.GroupSize}
+	case "block":
+		block = w.BlockStructure
+	}
+	return dequant(block, args...)
 }
 
-func (r *resolver) has(key string) bool { _, ok := r.tensor(key); return ok }
+func hasTensor(c *checkpoint.Checkpoint, key string) bool { _, ok := c.Tensor(key); return ok }
+
+func (r *resolver) has(key string) bool { return hasTensor(r.ckpt, key) }
 
 // routedExpert matches a routed expert's module: ...experts.<e>.<proj>
 // (shared experts are shared_experts.<proj>, Linear modules in transformers).
@@ -424,7 +425,7 @@ func isRoutedExpert(module string) bool { return routedExpert.MatchString(module
 // unpackedColumns is a packed weight's input width: the scale's groups for
 // group strategy (exact, as compressed-tensors derives it), else every value
 // the words hold (real widths are multiples of the values per word).
-func (r *resolver) unpackedColumns(words int64, w *ctArgs, scaleShape []int64) int64 {
+func unpackedColumns(words int64, w *ctArgs, scaleShape []int64) int64 {
 	full := words * (32 / w.NumBits)
 	if w.Strategy == "group" && len(scaleShape) > 0 {
 		if cols := scaleShape[len(scaleShape)-1] * w.GroupSize; cols < full {
@@ -437,8 +438,8 @@ func (r *resolver) unpackedColumns(words int64, w *ctArgs, scaleShape []int64) i
 // zeroPoint is a weight_zero_point as the dequant reads it: in
 // pack-quantized, group and channel zero points are int codes packed into
 // int32 words along the output axis (pack_to_int32's packed_dim 0).
-func (r *resolver) zeroPoint(key string, w *ctArgs, scaleShape []int64, packed bool) *transform.Expr {
-	t, _ := r.tensor(key)
+func zeroPoint(c *checkpoint.Checkpoint, key string, w *ctArgs, scaleShape []int64, packed bool) *transform.Expr {
+	t, _ := c.Tensor(key)
 	if !packed || t.DType != "I32" || len(scaleShape) < 2 || w.Strategy != "group" && w.Strategy != "channel" {
 		return transform.Leaf(key)
 	}

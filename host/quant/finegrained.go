@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
 )
 
@@ -59,14 +60,10 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 		if _, ok := r.tensor(scale); !ok {
 			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
 		}
-		var ints []int64
-		switch {
-		case block != nil && !scalarShape(r, scale):
-			ints = block
-		case block == nil && !scalarShape(r, scale):
+		if block == nil && !scalarShape(r.ckpt, scale) {
 			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale)
 		}
-		if _, err := r.add(k, func() *transform.Expr { return dequant(ints, transform.Leaf(k), transform.Leaf(scale)) }); err != nil {
+		if _, err := r.add(k, blockFP8{block}); err != nil {
 			return err
 		}
 	}
@@ -82,9 +79,22 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	return nil
 }
 
+// blockFP8 dequantises an FP8 weight with its <weight>_scale_inv, one per
+// block of the block size, or one for the tensor.
+type blockFP8 struct{ block []int64 }
+
+func (b blockFP8) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
+	scale := key + "_scale_inv" // weight -> weight_scale_inv; gate_up_proj -> gate_up_proj_scale_inv
+	var ints []int64
+	if !scalarShape(c, scale) {
+		ints = b.block
+	}
+	return dequant(ints, transform.Leaf(key), transform.Leaf(scale))
+}
+
 // scalarShape: the tensor is one value of rank below 2 (a per-tensor
 // scale); a [1, 1] grid is still checked against the block size.
-func scalarShape(r *resolver, key string) bool {
-	t, _ := r.tensor(key)
+func scalarShape(c *checkpoint.Checkpoint, key string) bool {
+	t, _ := c.Tensor(key)
 	return t.Elements() == 1 && len(t.Shape) < 2
 }

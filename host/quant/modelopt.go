@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
 )
 
@@ -116,26 +117,40 @@ func (r *resolver) modelOptModule(m, algo string, group int64) error {
 		if _, ok := r.tensor(scale2); !ok {
 			return fmt.Errorf("module %s is NVFP4 but %s, its second-level scale, is missing from the checkpoint", m, scale2)
 		}
-		_, err := r.add(key, func() *transform.Expr {
-			combined := &transform.Expr{Op: transform.OpMul, Args: []*transform.Expr{transform.Leaf(scale), transform.Leaf(scale2)}}
-			codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{transform.Leaf(key)}}
-			return dequant([]int64{1, group}, codes, combined)
-		})
+		_, err := r.add(key, nvfp4{group})
 		return err
 	default:
 		if w.DType != "F8_E4M3" {
 			return fmt.Errorf("tensor %s is %s, but ModelOpt FP8 weights are F8_E4M3", key, w.DType)
 		}
-		st, _ := r.tensor(scale)
-		rows, cols := st.Elements(), w.Shape[len(w.Shape)-1]
-		_, err := r.add(key, func() *transform.Expr {
-			if rows == 1 {
-				return dequant(nil, transform.Leaf(key), transform.Leaf(scale))
-			}
-			// per output channel: [out] or [out, 1]
-			grid := &transform.Expr{Op: transform.OpReshape, Args: []*transform.Expr{transform.Leaf(scale)}, Ints: []int64{rows, 1}}
-			return dequant([]int64{1, cols}, transform.Leaf(key), grid)
-		})
+		_, err := r.add(key, modelOptFP8{})
 		return err
 	}
+}
+
+// nvfp4 dequantises E2M1 codes with their E4M3 group scales times the
+// second-level scale: e2m1 · (s · s₂), the scales multiplied first as
+// ModelOpt's dequantiser does.
+type nvfp4 struct{ group int64 }
+
+func (n nvfp4) expr(_ *checkpoint.Checkpoint, key string) *transform.Expr {
+	m := strings.TrimSuffix(key, ".weight")
+	combined := &transform.Expr{Op: transform.OpMul, Args: []*transform.Expr{transform.Leaf(m + ".weight_scale"), transform.Leaf(m + ".weight_scale_2")}}
+	codes := &transform.Expr{Op: transform.OpUnpackFP4, Args: []*transform.Expr{transform.Leaf(key)}}
+	return dequant([]int64{1, n.group}, codes, combined)
+}
+
+// modelOptFP8 dequantises an FP8 weight with its weight_scale: one value,
+// or one per output channel ([out] or [out, 1]).
+type modelOptFP8 struct{}
+
+func (modelOptFP8) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
+	scale := strings.TrimSuffix(key, ".weight") + ".weight_scale"
+	st, _ := c.Tensor(scale)
+	w, _ := c.Tensor(key)
+	if st.Elements() == 1 {
+		return dequant(nil, transform.Leaf(key), transform.Leaf(scale))
+	}
+	grid := &transform.Expr{Op: transform.OpReshape, Args: []*transform.Expr{transform.Leaf(scale)}, Ints: []int64{st.Elements(), 1}}
+	return dequant([]int64{1, w.Shape[len(w.Shape)-1]}, transform.Leaf(key), grid)
 }

@@ -37,19 +37,27 @@ type Weight struct {
 	// Activation is how the inputs of the linear layer this weight belongs
 	// to are quantised ("" : they are not; ActivationFP8PerToken).
 	Activation string
-	// dequant builds the expression that dequantises the stored tensors to
-	// float32. Built when asked, not kept: a 90,000-weight release would
-	// otherwise hold 90,000 expression trees.
-	dequant func() *transform.Expr
+	// how builds the expression that dequantises the stored tensors to
+	// float32, from the checkpoint, when asked: one per format or config
+	// group, shared by its weights. A 90,000-weight release would otherwise
+	// hold 90,000 expression trees (or closures).
+	how  dequantizer
+	ckpt *checkpoint.Checkpoint
+}
+
+// dequantizer builds a quantised weight's expression over the stored
+// tensors of a checkpoint (which were checked when the weight was found).
+type dequantizer interface {
+	expr(c *checkpoint.Checkpoint, key string) *transform.Expr
 }
 
 // Dequant is a fresh expression dequantising w from its stored tensors to
 // float32 (to be typed by Infer).
-func (w *Weight) Dequant() *transform.Expr { return w.dequant() }
+func (w *Weight) Dequant() *transform.Expr { return w.how.expr(w.ckpt, w.Key) }
 
 // Typed is w's dequantisation typed over the checkpoint's tensors.
 func (v *View) Typed(w *Weight) (*transform.Expr, error) {
-	e := w.dequant()
+	e := w.Dequant()
 	if err := e.Infer(v.lookup); err != nil {
 		return nil, fmt.Errorf("quantised weight %s: %w", w.Key, err)
 	}
@@ -302,13 +310,13 @@ func (r *resolver) tensor(key string) (*checkpoint.Tensor, bool) { return r.ckpt
 // add records a quantised weight: its logical key, the expression over its
 // stored parts (built and checked against their types now, built again
 // when a binding needs it), and those parts; the first is its values.
-func (r *resolver) add(key string, dequant func() *transform.Expr) (*Weight, error) {
-	e := dequant()
+func (r *resolver) add(key string, how dequantizer) (*Weight, error) {
+	e := how.expr(r.ckpt, key)
 	if err := e.Infer(r.lookup); err != nil {
 		return nil, fmt.Errorf("quantised weight %s: %w", key, err)
 	}
 	keys := e.Keys()
-	w := &Weight{Key: key, Shape: e.Type.Shape, Values: keys[0], dequant: dequant}
+	w := &Weight{Key: key, Shape: e.Type.Shape, Values: keys[0], how: how, ckpt: r.ckpt}
 	r.view.weights[key] = w
 	for _, k := range keys {
 		r.view.parts[k] = key

@@ -45,12 +45,12 @@ func open(t *testing.T, qc, modelOpt string, ts tensors) *checkpoint.Checkpoint 
 }
 
 const (
-	fineFP8   = `{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}`
-	ctPackW4  = `{"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed", "ignore": ["lm_head", "re:.*mlp.gate$"], "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}}}`
-	ctPackAsy = `{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": false, "strategy": "group", "group_size": 32}}}}`
-	ctFP8Chan = `{"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "channel"}}}}`
-	ctFP8Dyn  = `{"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}}`
-	nvfp4     = `{"producer": {"name": "modelopt", "version": "0.31"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}`
+	fineFP8     = `{"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}`
+	ctPackW4    = `{"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed", "ignore": ["lm_head", "re:.*mlp.gate$"], "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": true, "strategy": "group", "group_size": 32}}}}`
+	ctPackAsy   = `{"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": false, "strategy": "group", "group_size": 32}}}}`
+	ctFP8Chan   = `{"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "symmetric": true, "strategy": "channel"}}}}`
+	ctFP8Dyn    = `{"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}}`
+	nvfp4Config = `{"producer": {"name": "modelopt", "version": "0.31"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}`
 )
 
 var (
@@ -146,12 +146,12 @@ func TestRead(t *testing.T) {
 			wantErr: "module q holds quantised tensors but no config group"},
 		{name: "ignored module holds quantised tensors", qc: strings.Replace(ctPackW4, `"lm_head", `, `"q", `, 1), tensors: packedW4,
 			wantErr: "module q holds quantised tensors but no config group of quantization_config targets it (or it is in ignore)"},
-		{name: "ModelOpt NVFP4", modelOpt: nvfp4, tensors: nvfp4Linear,
+		{name: "ModelOpt NVFP4", modelOpt: nvfp4Config, tensors: nvfp4Linear,
 			want: map[string]string{"q.weight": "[64 64] dequant(unpack_fp4(q.weight), mul(q.weight_scale, q.weight_scale_2))"}},
-		{name: "NVFP4 second scale missing", modelOpt: nvfp4, tensors: without(nvfp4Linear, "q.weight_scale_2"), wantErr: "q.weight_scale_2, its second-level scale, is missing"},
-		{name: "NVFP4 scale grid", modelOpt: nvfp4, tensors: with(without(nvfp4Linear, "q.weight_scale"), tensor("q.weight_scale", "F8_E4M3", 64, 2)),
+		{name: "NVFP4 second scale missing", modelOpt: nvfp4Config, tensors: without(nvfp4Linear, "q.weight_scale_2"), wantErr: "q.weight_scale_2, its second-level scale, is missing"},
+		{name: "NVFP4 scale grid", modelOpt: nvfp4Config, tensors: with(without(nvfp4Linear, "q.weight_scale"), tensor("q.weight_scale", "F8_E4M3", 64, 2)),
 			wantErr: "scale [64 2] is not the grid of [1 16] blocks"},
-		{name: "ModelOpt AWQ", modelOpt: strings.Replace(nvfp4, "NVFP4", "W4A16_AWQ", 1), tensors: plainLinear, wantErr: `ModelOpt quant_algo "W4A16_AWQ" is not supported`},
+		{name: "ModelOpt AWQ", modelOpt: strings.Replace(nvfp4Config, "NVFP4", "W4A16_AWQ", 1), tensors: plainLinear, wantErr: `ModelOpt quant_algo "W4A16_AWQ" is not supported`},
 		{name: "ModelOpt in config.json", qc: `{"quant_method": "modelopt", "quant_algo": "FP8"}`, tensors: tensors{tensor("q.weight", "F8_E4M3", 64, 32), tensor("q.weight_scale", "F32")},
 			want: map[string]string{"q.weight": "[64 32] dequant(q.weight, q.weight_scale)"}},
 		{name: "gpt-oss mxfp4 is the plugin's", qc: `{"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]}`,
@@ -187,7 +187,7 @@ func TestRead(t *testing.T) {
 // and none of its stored parts; the ModelOpt activation and KV scales are
 // not weights either.
 func TestInventoryShowsLogicalWeights(t *testing.T) {
-	ckpt := open(t, "", nvfp4, with(nvfp4Linear, tensor("model.norm.weight", "BF16", 64)))
+	ckpt := open(t, "", nvfp4Config, with(nvfp4Linear, tensor("model.norm.weight", "BF16", 64)))
 	v, err := Read(ckpt)
 	if err != nil {
 		t.Fatal(err)
