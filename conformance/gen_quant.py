@@ -476,17 +476,10 @@ def reference_with(model_dir, prompts, decode_tokens, g, ct_dequantize=False):
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
     kw = {"quantization_config": CompressedTensorsConfig(dequantize=True)} if ct_dequantize else {}
+    import gen_qwen3vl  # its reference() runs the loop on a loaded model
+
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager", **kw).eval()
-    steps = [[] for _ in range(1 + g.DECODE_STEPS)]
-    for b, prompt in enumerate(prompts):
-        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-        steps[0].append(out.logits[0, -1].numpy())
-        past = out.past_key_values
-        for s in range(g.DECODE_STEPS):
-            out = model(input_ids=torch.tensor([[decode_tokens[b][s]]]), past_key_values=past, use_cache=True)
-            steps[s + 1].append(out.logits[0, -1].numpy())
-            past = out.past_key_values
-    return np.stack([np.stack(s) for s in steps]).astype(np.float32)
+    return gen_qwen3vl.reference(model, prompts, decode_tokens)
 
 
 def fp8_dequantise_transformers(model_dir, block):

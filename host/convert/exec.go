@@ -15,7 +15,6 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
-	"github.com/strata-llm/strata/host/weights/transform"
 )
 
 // chunkBytes bounds what one step reads from a source tensor: memory is
@@ -183,7 +182,7 @@ func newRowReader(ctx context.Context, g *group) (*rowReader, error) {
 		if err != nil {
 			return nil, err
 		}
-		d, err := evalContext(ctx, e, g.read)
+		d, err := e.EvalContext(ctx, g.read)
 		if err != nil {
 			return nil, fmt.Errorf("dequantising %s: %w", e, err)
 		}
@@ -273,30 +272,6 @@ func (r *rowReader) read(r0, r1 int64, dst []float32) ([]float32, error) {
 		}
 	}
 	return dst, nil
-}
-
-// evalContext evaluates e (the whole weight: one tensor of a layer),
-// returning as soon as ctx is cancelled; the abandoned evaluation only
-// computes in memory and ends with the tensor, nothing is written from it.
-func evalContext(ctx context.Context, e *transform.Expr, read transform.Reader) (transform.Data, error) {
-	if err := ctx.Err(); err != nil {
-		return transform.Data{}, err
-	}
-	type result struct {
-		data transform.Data
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		d, err := e.Eval(read)
-		done <- result{d, err}
-	}()
-	select {
-	case r := <-done:
-		return r.data, r.err
-	case <-ctx.Done():
-		return transform.Data{}, ctx.Err()
-	}
 }
 
 // rowsPerChunk is how many rows of cols float32 fit a chunk, rounded down to

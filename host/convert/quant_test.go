@@ -364,15 +364,7 @@ func TestFP8KernelGivesTheViewsBits(t *testing.T) {
 	for _, kind := range []string{"fine-grained", "ct", "modelopt"} {
 		t.Run(kind, func(t *testing.T) {
 			src := fp8Model(t, kind)
-			inv, err := openInventory(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mtp, _ := ResolveMTP(inv, nil)
-			p, err := makePlan(inv, mtp, Options{DType: "float32"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := planOf(t, src, Options{DType: "float32"})
 			streamed := 0
 			for _, g := range p.groups {
 				if g.Kind == kindFP8 {
@@ -467,17 +459,7 @@ func TestQuantisedSourceRefusals(t *testing.T) {
 	static.shards["model.safetensors"]["model.layers.0.mlp.up_proj.input_scale"] = tensor{"F32", []int64{}, encode(nil, "F32", []float32{0.5})}
 
 	withConfig := func(name string, edit func(qc map[string]any)) string {
-		dir := filepath.Join(t.TempDir(), name)
-		if err := os.CopyFS(dir, os.DirFS(quantFixture(t, name))); err != nil {
-			t.Fatal(err)
-		}
-		var cfg map[string]any
-		data, _ := os.ReadFile(filepath.Join(dir, "config.json"))
-		json.Unmarshal(data, &cfg)
-		edit(cfg["quantization_config"].(map[string]any))
-		data, _ = json.Marshal(cfg)
-		os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
-		return dir
+		return editedFixture(t, name, func(cfg map[string]any) { edit(cfg["quantization_config"].(map[string]any)) })
 	}
 	cases := []struct {
 		name, src, want string
@@ -513,22 +495,52 @@ func TestQuantisedSourceRefusals(t *testing.T) {
 // Static activation quantisation, which an export refuses, does not stop a
 // conversion to float weights: the weights are all a float checkpoint holds.
 func TestStaticActivationsDequantiseToFloat(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "src")
-	if err := os.CopyFS(dir, os.DirFS(quantFixture(t, "llama-ct-fp8-channel"))); err != nil {
+	dir := editedFixture(t, "llama-ct-fp8-channel", func(cfg map[string]any) {
+		g := cfg["quantization_config"].(map[string]any)["config_groups"].(map[string]any)["group_0"].(map[string]any)
+		g["input_activations"] = map[string]any{"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}
+	})
+	run(t, dir, filepath.Join(t.TempDir(), "out"), Options{DType: "float32"})
+}
+
+// planOf is the conversion plan of src.
+func planOf(t *testing.T, src string, opts Options) *plan {
+	t.Helper()
+	inv, err := openInventory(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtp, _ := ResolveMTP(inv, nil)
+	p, err := makePlan(inv, mtp, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// editedFixture is a copy of a quantised fixture's checkpoint whose
+// config.json edit changed.
+func editedFixture(t *testing.T, name string, edit func(cfg map[string]any)) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.CopyFS(dir, os.DirFS(quantFixture(t, name))); err != nil {
 		t.Fatal(err)
 	}
 	var cfg map[string]any
-	data, _ := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err := json.Unmarshal(data, &cfg); err != nil {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &cfg)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	g := cfg["quantization_config"].(map[string]any)["config_groups"].(map[string]any)["group_0"].(map[string]any)
-	g["input_activations"] = map[string]any{"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false}
-	data, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+	edit(cfg)
+	if data, err = json.Marshal(cfg); err == nil {
+		err = os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, dir, filepath.Join(t.TempDir(), "out"), Options{DType: "float32"})
+	return dir
 }
 
 // A quantisation nested under text_config (multimodal releases) is removed
@@ -554,15 +566,7 @@ func TestNestedQuantizationConfigRemoved(t *testing.T) {
 // at once, and an interrupted run resumes to the bytes of one run.
 func TestCancelDuringDequantisation(t *testing.T) {
 	src := quantFixture(t, "llama-ct-w4a16-asym")
-	inv, err := openInventory(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mtp, _ := ResolveMTP(inv, nil)
-	p, err := makePlan(inv, mtp, Options{DType: "float32"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planOf(t, src, Options{DType: "float32"})
 	computed := 0
 	for _, g := range p.groups {
 		if g.Kind != kindDequant {
@@ -607,16 +611,9 @@ func TestCancelDuringDequantisation(t *testing.T) {
 // A quantised MTP layer is dequantised, never re-quantised, and excluded:
 // MTP membership follows its stored tensors, not its logical keys.
 func TestQuantisedMTPLayerDequantisedNotRequantised(t *testing.T) {
-	src := filepath.Join(t.TempDir(), "src")
-	if err := os.CopyFS(src, os.DirFS(quantFixture(t, "llama-ct-w4a16-group"))); err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	data, _ := os.ReadFile(filepath.Join(src, "config.json"))
-	json.Unmarshal(data, &cfg)
-	cfg["num_hidden_layers"], cfg["num_nextn_predict_layers"] = 1, 1 // layer 1 becomes an inlined MTP layer
-	data, _ = json.Marshal(cfg)
-	os.WriteFile(filepath.Join(src, "config.json"), data, 0o644)
+	src := editedFixture(t, "llama-ct-w4a16-group", func(cfg map[string]any) {
+		cfg["num_hidden_layers"], cfg["num_nextn_predict_layers"] = 1, 1 // layer 1 becomes an inlined MTP layer
+	})
 	out := filepath.Join(t.TempDir(), "out")
 	res := run(t, src, out, Options{Quantize: QuantFP8Block})
 	if !slices.Equal(res.MTP.Layers, []int{1}) {

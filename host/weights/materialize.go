@@ -234,7 +234,7 @@ func (t *Table) materializeWeight(ctx context.Context, e *transform.Expr, w *che
 func (t *Table) materializePart(ctx context.Context, e *transform.Expr, w *checkpoint.Writer, counted func(int64)) error {
 	leaf, ok := e.ElementwiseLeaf()
 	if !ok || e.Type.Bytes() <= sliceBytes || leaf.Type.Bytes()%leaf.Type.Elements() != 0 {
-		data, err := evalContext(ctx, e, t.ckpt.ReadTensor)
+		data, err := e.EvalContext(ctx, t.ckpt.ReadTensor)
 		if err == nil {
 			err = w.Append(data.Bytes)
 		}
@@ -263,28 +263,3 @@ func (t *Table) materializePart(ctx context.Context, e *transform.Expr, w *check
 
 // Materializing reports whether the table writes data files.
 func (t *Table) Materializing() bool { return t.mode == Materialize && len(t.order) > 0 }
-
-// evalContext evaluates e, returning as soon as ctx is cancelled: one
-// weight of a large model (an embedding cast to float32) can take many
-// seconds. The abandoned evaluation only computes in memory and ends with
-// the tensor; nothing is written from it.
-func evalContext(ctx context.Context, e *transform.Expr, read transform.Reader) (transform.Data, error) {
-	if err := ctx.Err(); err != nil {
-		return transform.Data{}, err
-	}
-	type result struct {
-		data transform.Data
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		d, err := e.Eval(read)
-		done <- result{d, err}
-	}()
-	select {
-	case r := <-done:
-		return r.data, r.err
-	case <-ctx.Done():
-		return transform.Data{}, ctx.Err()
-	}
-}

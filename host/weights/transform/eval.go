@@ -1,6 +1,7 @@
 package transform
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -12,6 +13,31 @@ import (
 type Data struct {
 	Type  Type
 	Bytes []byte
+}
+
+// EvalContext is Eval returning as soon as ctx is cancelled: one weight of
+// a large model (an embedding cast to float32) can take many seconds. The
+// abandoned evaluation only computes in memory and ends with the tensor;
+// nothing is written from it.
+func (e *Expr) EvalContext(ctx context.Context, read Reader) (Data, error) {
+	if err := ctx.Err(); err != nil {
+		return Data{}, err
+	}
+	type result struct {
+		data Data
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := e.Eval(read)
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-ctx.Done():
+		return Data{}, ctx.Err()
+	}
 }
 
 // Reader returns a checkpoint tensor's stored bytes.
