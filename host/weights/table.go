@@ -239,6 +239,24 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	return key, nil
 }
 
+// Bytes references key's bytes as a UINT8 initializer of shape (the same
+// byte range, under its own name).
+func (g *tableGraph) Bytes(key string, shape []int64) (string, error) {
+	t := g.t
+	name := key + "::bytes"
+	if _, done := t.inits[name]; done {
+		return name, nil
+	}
+	tensor, _ := t.ckpt.Tensor(key)
+	if n := transform.Prod(shape); n != tensor.Length {
+		return "", fmt.Errorf("tensor %s holds %d bytes, not %d", key, tensor.Length, n)
+	}
+	t.inits[name] = nil
+	t.b.ReferencedExternal(name, int32(onnxpb.TensorProto_UINT8), shape,
+		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)
+	return name, nil
+}
+
 func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
 	g.n++
 	out := fmt.Sprintf("%s/%s_%d", g.prefix, op, g.n)

@@ -92,6 +92,9 @@ func elemSize(t dtype.DType) int {
 	return info.Bits / 8
 }
 
+// Prod is the number of elements of a shape.
+func Prod(dims []int64) int64 { return prod(dims) }
+
 func prod(dims []int64) int64 {
 	n := int64(1)
 	for _, d := range dims {

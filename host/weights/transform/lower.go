@@ -22,6 +22,9 @@ type Graph interface {
 	// Leaf returns the value holding checkpoint tensor key as stored (an
 	// FP8 tensor as UINT8: opset 17 has no FP8 types).
 	Leaf(key string) (string, error)
+	// Bytes returns a value holding checkpoint tensor key's bytes as UINT8
+	// of shape (as many bytes): packed codes read without widening them.
+	Bytes(key string, shape []int64) (string, error)
 	// Node adds a default-domain node with one output and returns it.
 	Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string
 }
@@ -31,6 +34,12 @@ type Graph interface {
 func (e *Expr) Lower(g Graph) (string, error) {
 	if e.IsLeaf() {
 		return g.Leaf(e.Key)
+	}
+	switch e.Op { // these lower their arguments themselves
+	case OpDequant, OpFP8:
+		return lowering{g}.dequant(e)
+	case OpUnpackInt:
+		return lowering{g}.unpackInt(e)
 	}
 	args := make([]string, len(e.Args))
 	for i, a := range e.Args {
@@ -55,14 +64,10 @@ func (e *Expr) Lower(g Graph) (string, error) {
 		return g.Node("Slice", []string{args[0], l.int64s(e.Start), l.int64s(e.End), l.int64s(e.Axis), l.int64s(e.Step)}), nil
 	case OpMXFP4:
 		return l.mxfp4(e, args), nil
-	case OpUnpackInt:
-		return l.unpackInt(e, args[0]), nil
 	case OpUnpackFP4:
 		return l.unpackFP4(e, args[0]), nil
-	case OpMul, OpDiv:
+	default: // OpMul, OpDiv: checked by Infer
 		return l.scalarArith(e, args), nil
-	default: // OpFP8, OpDequant: checked by Infer
-		return l.dequant(e, args), nil
 	}
 }
 

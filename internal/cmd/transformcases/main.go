@@ -126,6 +126,23 @@ func (g *caseGraph) Leaf(key string) (string, error) {
 	return key, nil
 }
 
+func (g *caseGraph) Bytes(key string, shape []int64) (string, error) {
+	t, _ := g.ckpt.Tensor(key)
+	name := key + "::bytes"
+	if !g.added[name] {
+		g.added[name] = true
+		g.b.Initializer(&onnxpb.TensorProto{
+			Name: name, DataType: int32(onnxpb.TensorProto_UINT8), Dims: shape, DataLocation: onnxpb.TensorProto_EXTERNAL,
+			ExternalData: []*onnxpb.StringStringEntryProto{
+				{Key: "location", Value: "source.safetensors"},
+				{Key: "offset", Value: fmt.Sprint(t.Offset)},
+				{Key: "length", Value: fmt.Sprint(t.Length)},
+			},
+		})
+	}
+	return name, nil
+}
+
 func (g *caseGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
 	g.n++
 	out := fmt.Sprintf("%s_%d", op, g.n)
