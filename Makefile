@@ -11,7 +11,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch bench-ort clean
+.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
 
 all: build
 
@@ -49,6 +49,12 @@ bench-convert: build
 # 852M Llama in float32 and bfloat16 (about 10 minutes; its own environment).
 bench-ort: build $(BENCHORTENV)/.installed
 	$(BENCHORTENV)/bin/python bench/ort/compare.py --json bench/ort/results.json
+
+# Which dequantisation form of quantised weights (FP8, int4, NVFP4) ONNX
+# Runtime opens fastest and leanest, on a Llama-8B layer (about 10 minutes,
+# ~1.5 GB of scratch data; the test environment): docs/compile.md.
+bench-dequant: $(TESTENV)/.installed
+	$(TESTENV)/bin/python bench/dequant/compare.py --json bench/dequant/results.json
 
 $(BENCHORTENV)/.installed: bench/ort/requirements.txt
 	$(PYTHON) -m venv $(BENCHORTENV)
