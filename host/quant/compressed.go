@@ -103,7 +103,7 @@ func (r *resolver) compressedTensors(cfg config) error {
 		if err != nil {
 			return err
 		}
-		if g == nil || ig.match(m) {
+		if g == nil || ig.matchByName(m) {
 			return fmt.Errorf("module %s holds quantised tensors but no config group of quantization_config targets it (or it is in ignore)", m)
 		}
 		if err := r.ctModule(m, g); err != nil {
@@ -260,8 +260,6 @@ func (t targets) matchByName(m string) bool {
 	}
 	return false
 }
-
-func (t targets) match(m string) bool { return t.matchByName(m) }
 
 // matchGroup is the group whose targets name m, else the one whose class
 // target applies; two equally good matches are ambiguous.

@@ -185,6 +185,9 @@ func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 		sh, _ := ckpt.Shard(t.Shard)
 		out = append(out, &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed})
 	}
+	if !v.Quantized() {
+		return out // in the checkpoint's order, as ever
+	}
 	for _, w := range v.Weights() {
 		t, _ := ckpt.Tensor(w.Values)
 		sh, _ := ckpt.Shard(t.Shard)
