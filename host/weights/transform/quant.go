@@ -48,7 +48,10 @@ func (e *Expr) grid() blockGrid {
 	r := len(w.Shape)
 	g := blockGrid{rows: w.Shape[r-2], cols: w.Shape[r-1], srows: s.Shape[r-2], scols: s.Shape[r-1], lead: prod(w.Shape[:r-2])}
 	if len(e.Ints) == 2 {
-		g.bm, g.bn = e.Ints[0], e.Ints[1]
+		// A block larger than the weight (a 128 block of a 64-wide tensor)
+		// is the whole dimension: clamped, the grid stays exact and the
+		// in-graph form never expands a scale past the weight.
+		g.bm, g.bn = min(e.Ints[0], g.rows), min(e.Ints[1], g.cols)
 	} else {
 		g.bm, g.bn = g.rows/g.srows, g.cols/g.scols
 	}
