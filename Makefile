@@ -94,7 +94,7 @@ test-go:
 # 1.27); a count has no deadline to race. 20000 execs is ~5-15 s a target here.
 FUZZTIME ?= 20000x
 FUZZ := host/checkpoint:FuzzSafetensorsHeader host/checkpoint:FuzzIndex host/checkpoint:FuzzConfig \
-	host/checkpoint:FuzzBinPickle host/weights:FuzzSpec host/window:FuzzManifest
+	host/checkpoint:FuzzBinPickle host/weights:FuzzSpec host/window:FuzzManifest host/quant:FuzzRead
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "$(GO) test ./$$pkg -run '^$$name$$' -fuzz '^$$name$$' -fuzztime $(FUZZTIME)"; \

@@ -76,6 +76,9 @@ func (r *resolver) compressedTensors(cfg config) error {
 	top := cfg.str("format")
 	var sorted []*ctGroup
 	for name, g := range groups {
+		if g == nil {
+			return fmt.Errorf("quantization_config.config_groups.%s is null: a config group describes its targets and weights", name)
+		}
 		g.name = name
 		if g.Format == "" {
 			g.Format = top

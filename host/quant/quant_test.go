@@ -32,6 +32,25 @@ func open(t *testing.T, qc, modelOpt string, ts tensors) *checkpoint.Checkpoint 
 	if _, err := headeronly.Write(dir, []byte(cfg+"}"), ts, 1<<40); err != nil {
 		t.Fatal(err)
 	}
+	return openWith(t, dir, modelOpt)
+}
+
+// openIn is open for a fuzzed quantization_config: nil when the checkpoint
+// reader refuses the config.json it makes.
+func openIn(t *testing.T, dir, qc string, ts tensors) *checkpoint.Checkpoint {
+	cfg := `{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "quantization_config": ` + qc + "}"
+	if _, err := headeronly.Write(dir, []byte(cfg), ts, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := checkpoint.Open(dir)
+	if err != nil {
+		return nil
+	}
+	return ckpt
+}
+
+func openWith(t *testing.T, dir, modelOpt string) *checkpoint.Checkpoint {
+	t.Helper()
 	if modelOpt != "" {
 		if err := os.WriteFile(filepath.Join(dir, ModelOptFile), []byte(modelOpt), 0o644); err != nil {
 			t.Fatal(err)
