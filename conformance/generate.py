@@ -32,6 +32,7 @@ import gen_glm
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import gen_gptoss
+import gen_mistral
 import gen_quant
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,7 +96,7 @@ QWEN3_SPEC = {
 import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 
 ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
-            **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC}
+            **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC, **gen_mistral.MISTRAL_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -105,6 +106,8 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 def make_model(name, overrides, seed):
     if name.startswith("glm-"):
         return gen_glm.make_model(overrides, seed, BASE)
+    if name.startswith("mistral-"):
+        return gen_mistral.make_model(overrides, seed, BASE)
     torch.manual_seed(seed)
     if name.startswith("qwen3-"):
         cfg = transformers.Qwen3Config(**{**BASE, **overrides})
@@ -141,6 +144,7 @@ def save(model, out, dtype, options):
     if options.get("fused_experts"):
         fuse_experts(out)
     gen_glm.post_save(out, options)
+    gen_mistral.post_save(out, options)
 
 
 def fuse_experts(model_dir):
@@ -393,7 +397,7 @@ def main():
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
     older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
-                   - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC))
+                   - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC) - set(gen_mistral.MISTRAL_SPEC))
     gen_qwen3vl.generate(names)
     gen_quant.generate(names, sys.modules[__name__])
     for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC)):
@@ -406,6 +410,7 @@ def main():
                 continue
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
     gen_glm.generate_extras(FIXTURES, names)
+    gen_mistral.generate_extras(FIXTURES, names)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "routers" in names:

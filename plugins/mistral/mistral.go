@@ -1,0 +1,109 @@
+// Command strata-plugin-mistral exports Mistral checkpoints (model_type
+// mistral, MistralForCausalLM) as transformers' modeling_mistral.py
+// computes them: Llama's decoder without biases, every layer attending to
+// the last sliding_window positions unless sliding_window is null.
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
+)
+
+func main() { sdk.Serve(plugin) }
+
+// ctxSlidingMask is the context value of the sliding-window mask.
+const ctxSlidingMask = "sliding_mask"
+
+var plugin = decoder.Plugin{Name: "mistral", Version: "0.1.0", Architectures: []decoder.Architecture{{
+	ModelType: "mistral", HFArchitectures: []string{"MistralForCausalLM"}, Name: "Mistral", Load: load,
+}}}
+
+// load applies MistralConfig's defaults where they differ from the common
+// decoder's, refuses what Mistral's math does not have, and declares one
+// layer kind: pre-norm attention (no biases, masked to the window when there
+// is one) and a SwiGLU MLP.
+func load(m *decoder.Model) error {
+	decoder.RequireSiLU(m.Reader, "mistral")
+	if err := kvHeads(m); err != nil {
+		return err
+	}
+	if err := refuse(m); err != nil {
+		return err
+	}
+	window, err := slidingWindow(m)
+	if err != nil {
+		return err
+	}
+	mask := ""
+	if window > 0 {
+		m.AddContext(decoder.SlidingWindow(ctxSlidingMask, window))
+		mask = ctxSlidingMask
+	}
+	m.Kind("decoder", "MistralDecoderLayer", func(l *decoder.Layer) error {
+		return l.PreNorm(&decoder.Attention{Mask: mask}, &decoder.SwiGLU{Width: m.Intermediate})
+	})
+	return nil
+}
+
+// present reports whether config.json names key, null included (Has treats
+// null as absent; MistralConfig does not).
+func present(m *decoder.Model, key string) bool { return slices.Contains(m.Config.Keys(), key) }
+
+// slidingWindow is the window every layer attends to, 0 for full
+// attention: sliding_window when set, none when null, MistralConfig's
+// default 4096 when absent.
+func slidingWindow(m *decoder.Model) (int, error) {
+	switch {
+	case !present(m, "sliding_window"):
+		m.Note("sliding_window is absent: MistralConfig's default 4096 applies; every layer keeps a ctx_len KV cache masked to the last 4096 positions")
+		return 4096, nil
+	case !m.Config.Has("sliding_window"):
+		return 0, nil
+	}
+	window := m.Int("sliding_window")
+	if m.Err != nil {
+		return 0, m.Err
+	}
+	if window < 1 {
+		return 0, fmt.Errorf("config.json: sliding_window must be positive (or null for full attention), got %d", window)
+	}
+	m.Note("every layer keeps a ctx_len KV cache masked to the last %d positions (sliding_window)", window)
+	return window, nil
+}
+
+// kvHeads applies MistralConfig's num_key_value_heads default: 8 when
+// absent (the common decoder's default, the heads, only when null).
+func kvHeads(m *decoder.Model) error {
+	if present(m, "num_key_value_heads") {
+		return nil
+	}
+	if m.KVHeads = 8; m.Heads%m.KVHeads != 0 {
+		return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: MistralConfig's default 8)", m.Heads)
+	}
+	return nil
+}
+
+// refuse refuses fields that would change the math: a partial rotary
+// factor (Mistral rotates the whole head), per-layer overrides, and layer
+// types that differ (transformers' MistralModel slides every layer alike).
+func refuse(m *decoder.Model) error {
+	if m.RoPE.Dim != m.HeadDim {
+		return fmt.Errorf("config.json: partial_rotary_factor (rotary dimension %d of head_dim %d) is not supported by the mistral plugin: transformers' Mistral rotates the whole head (its default rope ignores the factor, scaled ropes fail on it)", m.RoPE.Dim, m.HeadDim)
+	}
+	if m.Config.Has("per_layer_config") {
+		return fmt.Errorf("config.json: per_layer_config (per-layer overrides) is not supported by the mistral plugin")
+	}
+	types := m.Strings("layer_types")
+	for i, t := range types {
+		switch {
+		case t != "sliding_attention" && t != "full_attention":
+			return fmt.Errorf("config.json: layer_types[%d] is %q; Mistral layers are sliding_attention or full_attention", i, t)
+		case t != types[0]:
+			return fmt.Errorf("config.json: layer_types mixes %q and %q: transformers' MistralModel applies sliding_window to every layer alike (alternating attention is Ministral's)", types[0], t)
+		}
+	}
+	return m.Err
+}
