@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/internal/suggest"
 	"github.com/strata-llm/strata/sdk"
 )
 
@@ -93,7 +94,7 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 		best, bestD := "", 3
 		for _, f := range flags {
 			for _, n := range f.Names() {
-				if d := editDistance(name, n); len(n) > 1 && d < bestD {
+				if d := suggest.Distance(name, n); len(n) > 1 && d < bestD {
 					best, bestD = n, d
 				}
 			}
@@ -144,7 +145,7 @@ func nearestCommand(app *cli.App, name string) string {
 			continue
 		}
 		for _, n := range c.Names() {
-			d := editDistance(name, n)
+			d := suggest.Distance(name, n)
 			if strings.HasPrefix(n, name) && len(name) >= 2 {
 				d = min(d, 1)
 			}
@@ -154,32 +155,6 @@ func nearestCommand(app *cli.App, name string) string {
 		}
 	}
 	return best
-}
-
-// editDistance is the Damerau-Levenshtein distance (adjacent swaps cost 1).
-func editDistance(a, b string) int {
-	x, y := []rune(a), []rune(b)
-	d := make([][]int, len(x)+1)
-	for i := range d {
-		d[i] = make([]int, len(y)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(x); i++ {
-		for j := 1; j <= len(y); j++ {
-			cost := 1
-			if x[i-1] == y[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && x[i-1] == y[j-2] && x[i-2] == y[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(x)][len(y)]
 }
 
 func init() {

@@ -25,14 +25,35 @@ var shapeOps = map[string]bool{"Transpose": true, "Reshape": true, "Gather": tru
 
 // quantizeActivations rewrites resp's function so that each MatMul by a
 // weight whose inputs the checkpoint quantises first quantises its other
-// operand, and ships the quantising function as a dependency.
+// operand — following the weight into the local functions the part calls
+// (an MTP draft calling its layer) — and ships the quantising function as
+// a dependency.
 func quantizeActivations(resp *pb.BuildResponse, q *quant.View) error {
 	schemes, err := activationSchemes(resp, q)
 	if err != nil || len(schemes) == 0 {
 		return err
 	}
-	fn := resp.GetFunction()
-	quantizer := blocks.FP8DynamicPerTokenFunc()
+	r := &actRewrite{deps: map[string]*onnxpb.FunctionProto{}, done: map[string]string{}, quantizer: blocks.FP8DynamicPerTokenFunc()}
+	for _, d := range resp.GetDependencies() {
+		r.deps[d.GetDomain()+"::"+d.GetName()] = d
+	}
+	if err := r.function(resp.GetFunction(), schemes); err != nil {
+		return err
+	}
+	resp.Dependencies = append(resp.Dependencies, r.quantizer)
+	return nil
+}
+
+// actRewrite rewrites a part's function and the local functions it calls.
+type actRewrite struct {
+	deps      map[string]*onnxpb.FunctionProto // the part's local functions by domain::name
+	done      map[string]string                // local functions rewritten, with their schemes
+	quantizer *onnxpb.FunctionProto
+}
+
+// function rewrites fn, whose formal inputs in schemes carry weights whose
+// layer inputs are quantised.
+func (r *actRewrite) function(fn *onnxpb.FunctionProto, schemes map[string]string) error {
 	derived := map[string]string{} // value -> the weight input it carries
 	for input, scheme := range schemes {
 		if scheme != quant.ActivationFP8PerToken {
@@ -45,12 +66,13 @@ func quantizeActivations(resp *pb.BuildResponse, q *quant.View) error {
 	var nodes []*onnxpb.NodeProto
 	for _, n := range fn.GetNode() {
 		from, carries := carried(n, derived)
+		callee := r.deps[n.GetDomain()+"::"+n.GetOpType()]
 		switch {
 		case !carries:
 		case (n.GetOpType() == "MatMul" || n.GetOpType() == "Gemm") && n.GetDomain() == "" && derived[n.Input[0]] == "":
 			x := n.Input[0]
 			if _, done := quantized[x]; !done {
-				call := &onnxpb.NodeProto{Name: "actquant/" + x, OpType: quantizer.GetName(), Domain: quantizer.GetDomain(),
+				call := &onnxpb.NodeProto{Name: "actquant/" + x, OpType: r.quantizer.GetName(), Domain: r.quantizer.GetDomain(),
 					Input: []string{x}, Output: []string{"actquant/" + x}}
 				nodes = append(nodes, call)
 				quantized[x] = call.Output[0]
@@ -60,6 +82,13 @@ func quantizeActivations(resp *pb.BuildResponse, q *quant.View) error {
 		case shapeOps[n.GetOpType()] && n.GetDomain() == "":
 			for _, out := range n.GetOutput() {
 				derived[out] = from
+			}
+		case callee != nil:
+			if err := r.call(n, callee, derived, schemes); err != nil {
+				return err
+			}
+			for _, in := range n.GetInput() {
+				used[derived[in]] = used[derived[in]] || derived[in] != ""
 			}
 		default:
 			return fmt.Errorf("%s: weight input %s, whose layer inputs the checkpoint quantises (%s), reaches a %s node %s; strata quantises the activations of MatMul operands only",
@@ -76,8 +105,28 @@ func quantizeActivations(resp *pb.BuildResponse, q *quant.View) error {
 	if !slices.ContainsFunc(fn.GetOpsetImport(), func(o *onnxpb.OperatorSetIdProto) bool { return o.GetDomain() == blocks.QuantDomain }) {
 		fn.OpsetImport = append(fn.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: blocks.QuantDomain, Version: 1})
 	}
-	resp.Dependencies = append(resp.Dependencies, quantizer)
 	return nil
+}
+
+// call rewrites a local function n calls for the weights n passes it, once:
+// a second call passing weights to other inputs is refused.
+func (r *actRewrite) call(n *onnxpb.NodeProto, callee *onnxpb.FunctionProto, derived, schemes map[string]string) error {
+	inner := map[string]string{}
+	for i, in := range n.GetInput() {
+		if w := derived[in]; w != "" && i < len(callee.GetInput()) {
+			inner[callee.GetInput()[i]] = schemes[w]
+		}
+	}
+	key := fmt.Sprint(inner)
+	name := callee.GetDomain() + "::" + callee.GetName()
+	if prev, done := r.done[name]; done {
+		if prev != key {
+			return fmt.Errorf("%s is called with quantised weights on different inputs (%s, %s): strata rewrites a function once", name, prev, key)
+		}
+		return nil
+	}
+	r.done[name] = key
+	return r.function(callee, inner)
 }
 
 // carried reports whether one of n's inputs carries a weight input, and which.

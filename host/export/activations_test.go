@@ -77,6 +77,29 @@ func TestQuantizeActivationsWrapsTheMatMulOperand(t *testing.T) {
 	}
 }
 
+// A part that calls a local function with the weight (an MTP draft calling
+// its layer, --subfunctions) has the MatMul inside that function rewritten.
+func TestQuantizeActivationsFollowsCalls(t *testing.T) {
+	inner := layer([]int32{0}).GetFunction()
+	inner.Domain, inner.Name = "local", "layer"
+	resp := &pb.BuildResponse{
+		Function: &onnxpb.FunctionProto{Name: "mtp", Input: []string{"h", "w", "n"}, Output: []string{"z"},
+			Node: []*onnxpb.NodeProto{{OpType: "layer", Domain: "local", Name: "call", Input: []string{"h", "w", "n"}, Output: []string{"z"}}}},
+		Weights:      []*pb.LayerWeights{{Layer: 0, Bindings: []*pb.WeightBinding{{Input: "w", Key: "model.layers.0.q_proj.weight"}, {Input: "n", Key: "model.layers.0.norm.weight"}}}},
+		Dependencies: []*onnxpb.FunctionProto{inner},
+	}
+	if err := quantizeActivations(resp, fp8DynamicView(t)); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, n := range inner.GetNode() {
+		ops = append(ops, n.GetOpType()+"("+strings.Join(n.GetInput(), ",")+")")
+	}
+	if got, want := strings.Join(ops, " "), "Transpose(w) FP8DynamicPerToken(x) MatMul(actquant/x,wt) Mul(y,n)"; got != want {
+		t.Errorf("the called function's nodes %s, want %s", got, want)
+	}
+}
+
 func TestQuantizeActivationsRefuses(t *testing.T) {
 	v := fp8DynamicView(t)
 	cases := map[string]struct {

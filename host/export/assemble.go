@@ -171,10 +171,7 @@ func (a *assembler) bind(resp *pb.BuildResponse, layer int32, prefix string, inp
 	if err != nil {
 		return err
 	}
-	for _, wb := range bindings {
-		if _, taken := inputs[wb.GetInput()]; taken {
-			return fmt.Errorf("%s: input %s is both a model input and bound to a weight", prefix, wb.GetInput())
-		}
+	for _, wb := range bindings { // validate.go: each a formal input the host does not pass
 		value, err := a.table.Value(wb, prefix+"/"+wb.GetInput())
 		if err != nil {
 			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)

@@ -132,7 +132,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	e.model = Model(ckpt, e.quant)
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
 		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
-	if e.parts, err = buildParts(ctx, p, ckpt, e.quant, e.model, exportOpts, e.opts.Layerwise); err != nil {
+	if e.parts, err = buildParts(ctx, p, ckpt, e.quant, e.model, exportOpts, e.opts.Layerwise, e.opts.WindowSize); err != nil {
 		return nil, err
 	}
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
@@ -241,6 +241,7 @@ func (e *exporter) whole() (*Result, error) {
 		return nil, err
 	}
 	e.releaseParts()
+	a.table.Placed()
 	spec := e.spec(a.table)
 	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
 	if err != nil {
@@ -258,6 +259,7 @@ func (e *exporter) whole() (*Result, error) {
 // stitching then need.
 func (e *exporter) releaseParts() {
 	e.parts = parts{plan: e.parts.plan}
+	e.quant = nil // every binding is resolved
 }
 
 // commit encodes and writes the finished model (and, materialising, the
@@ -403,8 +405,9 @@ func Model(ckpt *checkpoint.Checkpoint, q *quant.View) *pb.Model {
 }
 
 // buildParts asks the plugin whether it can export the model (and, with
-// layerwise, whether it can do that layerwise), then for the plan and parts.
-func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, q *quant.View, model *pb.Model, opts *pb.ExportOptions, layerwise bool) (parts, error) {
+// layerwise, whether it can do that layerwise, in windows of windowSize
+// layers), then for the plan and parts, each validated as it arrives.
+func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, q *quant.View, model *pb.Model, opts *pb.ExportOptions, layerwise bool, windowSize int) (parts, error) {
 	check, err := p.Check(ctx, model)
 	if err != nil {
 		return parts{}, err
@@ -425,10 +428,17 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 		return parts{}, fmt.Errorf("plugin %s returned an invalid plan: %w", p.Path, err)
 	}
 	ps := parts{plan: plan, kinds: map[string]*pb.BuildResponse{}}
+	c := contracts{plan: plan, serving: window.Serving{ContinuousBatching: opts.GetContinuousBatching(), CCL: opts.GetCcl()}}
+	if layerwise {
+		c.windowSize = windowSize
+	}
 	build := func(part, kind string, layers []int32) (*pb.BuildResponse, error) {
 		resp, err := p.Build(ctx, &pb.BuildRequest{Model: model, Options: opts, Part: part, Kind: kind, Layers: layers})
 		if err == nil && resp.GetFunction() == nil {
 			err = fmt.Errorf("plugin %s: Build %s returned no function", p.Path, part)
+		}
+		if err == nil {
+			err = c.of(part, kind).check(p.Desc.GetName(), resp)
 		}
 		if err == nil {
 			err = quantizeActivations(resp, q)

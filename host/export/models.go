@@ -73,6 +73,9 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	if resp.GetFunction() == nil {
 		return separateModel{}, fmt.Errorf("plugin %s: Build model %s returned no function", e.plugin.Path, name)
 	}
+	if err := separateContract(spec).check(e.plugin.Desc.GetName(), resp); err != nil {
+		return separateModel{}, err
+	}
 	if err := quantizeActivations(resp, e.quant); err != nil {
 		return separateModel{}, err
 	}

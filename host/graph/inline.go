@@ -3,8 +3,6 @@ package graph
 import (
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -21,10 +19,12 @@ type Call struct {
 // Inline copies the function body into the graph: formal inputs and outputs
 // become the bound graph values, every other value and node name gets the
 // call's prefix. Custom ops the body calls stay calls.
+//
+// The caller binds every formal input and output and nothing else: the
+// host validates a plugin's parts against the bindings it makes before
+// placing them (host/export/validate.go), once per part rather than here
+// once per call.
 func (b *Builder) Inline(c Call) error {
-	if err := c.checkBound(); err != nil {
-		return err
-	}
 	for _, op := range c.Fn.GetOpsetImport() {
 		if err := b.Import(op.GetDomain(), op.GetVersion()); err != nil {
 			return fmt.Errorf("%s: %w", c.Fn.GetName(), err)
@@ -71,37 +71,6 @@ func inlined(n *onnxpb.NodeProto, name string) *onnxpb.NodeProto {
 	return cp
 }
 
-// checkBound requires every formal input and output to be bound, and no
-// binding to name a formal the function lacks.
-func (c Call) checkBound() error {
-	var problems []string
-	formal := map[string]bool{}
-	for _, in := range c.Fn.GetInput() {
-		formal[in] = true
-		if _, ok := c.Inputs[in]; !ok {
-			problems = append(problems, "input "+in+" is not bound")
-		}
-	}
-	for _, out := range c.Fn.GetOutput() {
-		formal[out] = true
-		if _, ok := c.Outputs[out]; !ok {
-			problems = append(problems, "output "+out+" is not used")
-		}
-	}
-	for _, m := range []map[string]string{c.Inputs, c.Outputs} {
-		for name := range m {
-			if !formal[name] {
-				problems = append(problems, name+" is bound but is no formal input or output")
-			}
-		}
-	}
-	if len(problems) == 0 {
-		return nil
-	}
-	sort.Strings(problems)
-	return fmt.Errorf("function %s: %s", c.Fn.GetName(), strings.Join(problems, "; "))
-}
-
 // checkInlinable refuses what a plain copy would get wrong: references to
 // function attributes and nested graphs. Part functions have neither.
 func checkInlinable(n *onnxpb.NodeProto) error {
@@ -118,11 +87,9 @@ func checkInlinable(n *onnxpb.NodeProto) error {
 
 // CallFunction places the part as a call of a model-local function: the
 // function ships with the model once and each call passes its weights as
-// inputs (--subfunctions). The node is named by the call's prefix.
+// inputs (--subfunctions). The node is named by the call's prefix. The
+// caller binds every formal input and output, as for Inline.
 func (b *Builder) CallFunction(c Call) error {
-	if err := c.checkBound(); err != nil {
-		return err
-	}
 	if err := b.AddFunction(c.Fn); err != nil {
 		return err
 	}

@@ -100,6 +100,12 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	return name, nil
 }
 
+// Placed lets go of what only placing weights needs — the index of
+// expressions placed and the quantisation — once every weight is in the
+// graph: encoding the model, next, is the export's heap peak (GLM-4.6-FP8:
+// 7 MB of canonical expressions).
+func (t *Table) Placed() { t.byExpr, t.quant = nil, nil }
+
 // BindingExpr is the weight a binding names: a checkpoint key as stored, or
 // an expression over keys; a quantised weight's key stands for its
 // dequantisation over the stored tensors.
