@@ -52,14 +52,7 @@ func tinyModel(t *testing.T, layout expertLayout, edit func(map[string]any)) *pb
 
 func layerKey(l int32, name string) string { return fmt.Sprintf("model.layers.%d.%s", l, name) }
 
-func check(t *testing.T, m *pb.Model) (bool, string) {
-	t.Helper()
-	resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.GetSupported(), strings.Join(resp.GetReasons(), ";")
-}
+func check(t *testing.T, m *pb.Model) (bool, string) { return plugintest.Check(t, plugin, m) }
 
 func TestConfigErrors(t *testing.T) {
 	cases := map[string]struct {

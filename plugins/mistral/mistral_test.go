@@ -19,14 +19,7 @@ const tinyConfig = `{"model_type": "mistral", "architectures": ["MistralForCausa
 	"max_position_embeddings": 128, "tie_word_embeddings": false, "attention_dropout": 0.0,
 	"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}`
 
-func check(t *testing.T, m *pb.Model) (bool, string) {
-	t.Helper()
-	resp, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.GetSupported(), strings.Join(resp.GetReasons(), ";")
-}
+func check(t *testing.T, m *pb.Model) (bool, string) { return plugintest.Check(t, plugin, m) }
 
 func TestRefusals(t *testing.T) {
 	cases := map[string]struct {

@@ -6,6 +6,7 @@ package plugintest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
@@ -28,6 +29,22 @@ func Config(t testing.TB, base string, edit func(map[string]any)) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// Checker answers Check (decoder.Plugin does).
+type Checker interface {
+	Check(ctx context.Context, req *pb.CheckRequest) (*pb.CheckResponse, error)
+}
+
+// Check asks p whether it can export m: supported, and its reasons joined
+// by ";" (a test looks for one in them).
+func Check(t testing.TB, p Checker, m *pb.Model) (bool, string) {
+	t.Helper()
+	resp, err := p.Check(context.Background(), &pb.CheckRequest{Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetSupported(), strings.Join(resp.GetReasons(), ";")
 }
 
 // Expecter lists the tensors a plugin binds for a model (decoder.Plugin
