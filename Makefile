@@ -11,7 +11,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance test-client lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
+.PHONY: all build demo test test-go test-conformance test-client test-outoftree lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
 
 all: build
 
@@ -72,9 +72,9 @@ $(BENCHENV)/.installed: bench/torch/requirements.txt
 	touch $@
 
 # Everything CI runs: lint, Go tests, a short fuzz run of every parser, the
-# conformance suite against ONNX Runtime, and the real clients of `strata
-# convert` output.
-test: lint test-go fuzz test-conformance test-client
+# conformance suite against ONNX Runtime, the real clients of `strata
+# convert` output, and the out-of-tree plugin example.
+test: lint test-go fuzz test-conformance test-client test-outoftree
 
 lint:
 	$(GO) vet ./...
@@ -107,6 +107,17 @@ test-conformance: build $(TESTENV)/.installed
 # accelerate, compressed-tensors), torch on CPU, in its own environment.
 test-client: build $(CLIENTENV)/.installed
 	cd conformance && ../$(CLIENTENV)/bin/python -m pytest -q -rA client
+
+# examples/plugin-outoftree, as a third party builds it: its own module
+# (go.mod replaces github.com/strata-llm/strata with this checkout), vetted,
+# tested (sdk/plugintest, sdk/refeval), built into a directory strata does
+# not search by itself, and checked against transformers' logits through
+# --plugin-dir (conformance/check_plugin.py; docs/plugins.md).
+OUTOFTREE := examples/plugin-outoftree
+test-outoftree: build $(TESTENV)/.installed
+	cd $(OUTOFTREE) && $(GO) vet ./... && $(GO) test ./... && $(GO) build -o $(CURDIR)/bin/outoftree/strata-plugin-qwen2 .
+	$(TESTENV)/bin/python conformance/check_plugin.py check $(OUTOFTREE)/testdata/tiny-qwen2/model \
+		--reference $(OUTOFTREE)/testdata/tiny-qwen2/reference.npz --plugin-dir bin/outoftree --layerwise
 
 $(CLIENTENV)/.installed: conformance/requirements-client.txt
 	$(PYTHON) -m venv $(CLIENTENV)
