@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 
 import gen_gptoss
 import gen_mistral
+import gen_olmo2
 import gen_quant
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,7 +97,8 @@ QWEN3_SPEC = {
 import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 
 ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
-            **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC, **gen_mistral.MISTRAL_SPEC}
+            **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC, **gen_mistral.MISTRAL_SPEC,
+            **gen_olmo2.OLMO2_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -108,6 +110,8 @@ def make_model(name, overrides, seed):
         return gen_glm.make_model(overrides, seed, BASE)
     if name.startswith("mistral-"):
         return gen_mistral.make_model(overrides, seed, BASE)
+    if name.startswith("olmo2-"):
+        return gen_olmo2.make_model(overrides, seed, BASE)
     torch.manual_seed(seed)
     if name.startswith("qwen3-"):
         cfg = transformers.Qwen3Config(**{**BASE, **overrides})
@@ -397,7 +401,8 @@ def main():
     # Seeds follow the sorted names, so adding an architecture that sorts
     # after the others leaves their fixtures unchanged.
     older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
-                   - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC) - set(gen_mistral.MISTRAL_SPEC))
+                   - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC) - set(gen_mistral.MISTRAL_SPEC)
+                   - set(gen_olmo2.OLMO2_SPEC))
     gen_qwen3vl.generate(names)
     gen_quant.generate(names, sys.modules[__name__])
     for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC)):

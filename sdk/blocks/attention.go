@@ -74,6 +74,10 @@ type Attention struct {
 	// and keys before RoPE (Qwen3), or "".
 	QNorm, KNorm fn.Value
 	NormEps      float64
+	// NormAllHeads makes QNorm and KNorm one RMSNorm over all heads of the
+	// projection's output, before it is split into heads: weights
+	// [Heads*HeadDim] and [KVHeads*HeadDim] (OLMo-2).
+	NormAllHeads bool
 	// Sinks: a learned logit per query head [Heads] that joins each row's
 	// softmax and is then dropped (gpt-oss), or "".
 	Sinks fn.Value
@@ -114,10 +118,15 @@ func (c AttentionContext) read(f *fn.Func, cache, length fn.Value) fn.Value {
 	return f.Call(CtxGatherFunc(), []fn.Value{cache, c.ReadIndices, length})
 }
 
-// heads projects x [B,S,H] to [B,n,S,hd], norming each head if norm is set.
+// heads projects x [B,S,H] to [B,n,S,hd], norming each head if norm is set
+// (or all heads together, before the split, with NormAllHeads).
 func (a Attention) heads(f *fn.Func, l Linear, x fn.Value, n int, norm fn.Value) fn.Value {
-	y := f.Reshape(l.Apply(f, x), 0, 0, int64(n), int64(a.HeadDim))
-	if norm != "" {
+	y := l.Apply(f, x)
+	if norm != "" && a.NormAllHeads {
+		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
+	}
+	y = f.Reshape(y, 0, 0, int64(n), int64(a.HeadDim))
+	if norm != "" && !a.NormAllHeads {
 		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
 	}
 	return f.Transpose(y, 0, 2, 1, 3)

@@ -1,15 +1,19 @@
 package blocks_test
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
+	"github.com/strata-llm/strata/sdk/plugintest"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/refeval"
 	"github.com/strata-llm/strata/sdk/weight"
 )
@@ -107,8 +111,8 @@ func f64(v []float32) []float64 {
 	return out
 }
 
-// TestAttentionBlock: GQA attention with Qwen3-style q/k norms, a biased q
-// projection and RoPE over the retained KV cache, against loops: prefill
+// TestAttentionBlock: GQA attention with Qwen3-style q/k norms (per head;
+// or OLMo-2's, over all heads before the split), a biased q projection and RoPE over the retained KV cache, against loops: prefill
 // (a padding query at position -1 in row 1), decode over a cache whose
 // slots past each row's position hold garbage that must not be read, and
 // continuous batching (rows scattered into cache rows by batch_index).
@@ -126,12 +130,15 @@ func TestAttentionBlock(t *testing.T) {
 		batchIndex []int64 // cache row of each batch row, or nil
 		sinks      bool    // a per-head sink logit in the softmax (gpt-oss)
 		window     int     // sliding window (0: full attention)
+		allHeads   bool    // q/k norms over all heads (OLMo-2), not per head
 	}{
-		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0},
-		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil, false, 0},
-		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}, false, 0},
-		{"prefill with sinks and a window of 2", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, true, 2},
-		{"decode with sinks past a window of 2", 1, []int64{4, 2}, 2, nil, true, 2},
+		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, false},
+		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil, false, 0, false},
+		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}, false, 0, false},
+		{"prefill with sinks and a window of 2", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, true, 2, false},
+		{"decode with sinks past a window of 2", 1, []int64{4, 2}, 2, nil, true, 2, false},
+		{"prefill with q/k norms over all heads", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, true},
+		{"decode with q/k norms over all heads", 1, []int64{3, 1}, 2, nil, false, 0, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +148,11 @@ func TestAttentionBlock(t *testing.T) {
 			wq, wk, wv, wo := randoms(r, nH*hd*H), randoms(r, nKV*hd*H), randoms(r, nKV*hd*H), randoms(r, H*nH*hd)
 			bq := randoms(r, nH*hd)
 			qn, kn := randoms(r, hd), randoms(r, hd)
+			qnShape, knShape := []int64{hd}, []int64{hd}
+			if tc.allHeads {
+				qn, kn = randoms(r, nH*hd), randoms(r, nKV*hd)
+				qnShape, knShape = []int64{nH * hd}, []int64{nKV * hd}
+			}
 			pastK, pastV := randoms(r, tc.rows*nKV*C*hd), randoms(r, tc.rows*nKV*C*hd)
 			sinks := randoms(r, nH)
 			rope := blocks.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
@@ -156,7 +168,7 @@ func TestAttentionBlock(t *testing.T) {
 			a := blocks.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps,
 				Q: blocks.LinearInputs(f, "q", true), K: blocks.LinearInputs(f, "k", false),
 				V: blocks.LinearInputs(f, "v", false), O: blocks.LinearInputs(f, "o", false),
-				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm")}
+				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm"), NormAllHeads: tc.allHeads}
 			if tc.sinks {
 				a.Sinks = f.Input("sinks")
 				in["sinks"] = refeval.Floats([]int64{nH}, sinks...)
@@ -180,7 +192,7 @@ func TestAttentionBlock(t *testing.T) {
 				"q.weight": refeval.Floats([]int64{nH * hd, H}, wq...), "q.bias": refeval.Floats([]int64{nH * hd}, bq...),
 				"k.weight": refeval.Floats([]int64{nKV * hd, H}, wk...), "v.weight": refeval.Floats([]int64{nKV * hd, H}, wv...),
 				"o.weight": refeval.Floats([]int64{H, nH * hd}, wo...),
-				"q_norm":   refeval.Floats([]int64{hd}, qn...), "k_norm": refeval.Floats([]int64{hd}, kn...),
+				"q_norm":   refeval.Floats(qnShape, qn...), "k_norm": refeval.Floats(knShape, kn...),
 			} {
 				in[k] = v
 			}
@@ -191,8 +203,17 @@ func TestAttentionBlock(t *testing.T) {
 			q := linear(f64(x), B*S, wq, nH*hd, bq)
 			k := linear(f64(x), B*S, wk, nKV*hd, nil)
 			v := linear(f64(x), B*S, wv, nKV*hd, nil)
+			if tc.allHeads { // each token's q (and k) normed as one vector; no per-head norm
+				for tok := range B * S {
+					copy(q[tok*nH*hd:], rmsNorm(q[tok*nH*hd:(tok+1)*nH*hd], qn, eps))
+					copy(k[tok*nKV*hd:], rmsNorm(k[tok*nKV*hd:(tok+1)*nKV*hd], kn, eps))
+				}
+			}
 			normRope := func(vec []float64, w []float32, p int64) []float64 {
-				y := rmsNorm(vec, w, eps)
+				y := vec
+				if !tc.allHeads {
+					y = rmsNorm(vec, w, eps)
+				}
 				out := make([]float64, hd)
 				for i := range hd / 2 {
 					ang := float64(p) * math.Pow(10000, -float64(2*i)/hd)
@@ -458,4 +479,139 @@ func TestContextAndFinalParts(t *testing.T) {
 		t.Errorf("logits shape %v", logits.Shape)
 	}
 	closeTo(t, "logits", logits.F, want, 1e-5)
+}
+
+// TestResidualNormPlacement: decoder.Layer.Residual with its norms before,
+// after, or around each branch (Llama, OLMo-2, Gemma-2), and OLMo-2's q/k
+// norms over all heads, built as a plugin builds the layer, against the
+// layer written out: RMSNorms, residual adds and the MLP as loops; the
+// attention as blocks.Attention alone (TestAttentionBlock checks it
+// against loops) on the branch's input the loops computed.
+func TestResidualNormPlacement(t *testing.T) {
+	const (
+		B, S, C, H, I = 2, 3, 4, 8, 6
+		nH, nKV, hd   = 2, 1, 4
+		eps           = 1e-5
+	)
+	config := []byte(`{"model_type": "toy", "hidden_size": 8, "intermediate_size": 6, "num_hidden_layers": 1,
+		"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000}`)
+	rope := blocks.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
+	cases := map[string]struct{ attn, mlp decoder.Norms }{
+		"pre (Llama)":    {decoder.Norms{Pre: "input_layernorm"}, decoder.Norms{Pre: "post_attention_layernorm"}},
+		"post (OLMo-2)":  {decoder.Norms{Post: "post_attention_layernorm"}, decoder.Norms{Post: "post_feedforward_layernorm"}},
+		"both (Gemma-2)": {decoder.Norms{Pre: "input_layernorm", Post: "post_attention_layernorm"}, decoder.Norms{Pre: "pre_feedforward_layernorm", Post: "post_feedforward_layernorm"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			plugin := decoder.Plugin{Name: "toy", Version: "1", Architectures: []decoder.Architecture{{ModelType: "toy", Name: "Toy",
+				Load: func(m *decoder.Model) error {
+					m.Kind("decoder", "ToyLayer", func(l *decoder.Layer) error {
+						return l.Residual(&decoder.Attention{QKNorm: true, QKNormAllHeads: true}, tc.attn,
+							&decoder.SwiGLU{Width: m.Intermediate}, tc.mlp)
+					})
+					return nil
+				}}}}
+			model := plugintest.Model(t, plugin, config, "F32")
+			layer, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0}})
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			r := rand.New(rand.NewPCG(9, 10))
+			pos := refeval.Ints([]int64{B, S}, 0, 1, 2, 0, 1, -1)
+			cacheShape := []int64{B, nKV, C, hd}
+			in := map[string]refeval.Tensor{
+				sdk.HiddenStates: refeval.Floats([]int64{B, S, H}, randoms(r, B*S*H)...), sdk.PositionIDs: pos,
+				decoder.PastKey: refeval.Floats(cacheShape, randoms(r, B*nKV*C*hd)...), decoder.PastValue: refeval.Floats(cacheShape, randoms(r, B*nKV*C*hd)...),
+			}
+			ctx := decoder.ContextPart("test", "Context", fn.Float32, rope, nil, nil)
+			ctxOut, err := refeval.Run(ctx.GetFunction(), ctx.GetDependencies(), map[string]refeval.Tensor{sdk.PositionIDs: pos, decoder.PastKey: in[decoder.PastKey]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range decoder.StandardContext {
+				in[c] = ctxOut[c]
+			}
+			weights := map[string][]float32{}
+			want, err := plugin.ExpectedTensors(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range want {
+				name, ok := strings.CutPrefix(w.Key, "model.layers.0.")
+				if !ok {
+					continue
+				}
+				n := int64(1)
+				for _, d := range w.Shape {
+					n *= d
+				}
+				weights[name] = randoms(r, int(n))
+				in[name] = refeval.Floats(w.Shape, weights[name]...)
+			}
+			res, err := refeval.Run(layer.GetFunction(), layer.GetDependencies(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// The layer written out, row by row ([B*S] tokens of [H]).
+			norm := func(x []float64, name string) []float64 {
+				if name == "" {
+					return x
+				}
+				out := make([]float64, 0, len(x))
+				for tok := range len(x) / H {
+					out = append(out, rmsNorm(x[tok*H:(tok+1)*H], weights[name+".weight"], eps)...)
+				}
+				return out
+			}
+			add := func(a, b []float64) []float64 {
+				out := make([]float64, len(a))
+				for i := range a {
+					out[i] = a[i] + b[i]
+				}
+				return out
+			}
+			x := f64(in[sdk.HiddenStates].F)
+			branchIn := norm(x, tc.attn.Pre)
+
+			f := fn.NewFunc("test", "Attn", fn.Float32)
+			c := blocks.AttentionContext{PositionIDs: f.Input(sdk.PositionIDs), PastKey: f.Input(decoder.PastKey), PastValue: f.Input(decoder.PastValue),
+				Cos: f.Input(decoder.CtxCos), Sin: f.Input(decoder.CtxSin), Mask: f.Input(decoder.CtxMask),
+				ReadIndices: f.Input(decoder.CtxReadIndices), Invalid: f.Input(decoder.CtxReadInvalid)}
+			a := blocks.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps, NormAllHeads: true,
+				Q: blocks.LinearInputs(f, "self_attn.q_proj", false), K: blocks.LinearInputs(f, "self_attn.k_proj", false),
+				V: blocks.LinearInputs(f, "self_attn.v_proj", false), O: blocks.LinearInputs(f, "self_attn.o_proj", false),
+				QNorm: f.Input("self_attn.q_norm.weight"), KNorm: f.Input("self_attn.k_norm.weight")}
+			attnOut, presentKey, _ := a.Apply(f, f.Input("x"), c)
+			f.Output("out", attnOut)
+			f.Output("present_key", presentKey)
+			attnIn32 := make([]float32, len(branchIn))
+			for i, v := range branchIn {
+				attnIn32[i] = float32(v)
+			}
+			in["x"] = refeval.Floats([]int64{B, S, H}, attnIn32...)
+			attnIn := map[string]refeval.Tensor{}
+			for _, name := range f.Proto().GetInput() {
+				attnIn[name] = in[name]
+			}
+			attn := run(t, f, attnIn)
+
+			h := add(x, norm(f64(attn["out"].F), tc.attn.Post))
+			m := norm(h, tc.mlp.Pre)
+			gate := linear(m, B*S, weights["mlp.gate_proj.weight"], I, nil)
+			up := linear(m, B*S, weights["mlp.up_proj.weight"], I, nil)
+			for i := range gate {
+				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+			}
+			wantOut := add(h, norm(linear(gate, B*S, weights["mlp.down_proj.weight"], H, nil), tc.mlp.Post))
+			closeTo(t, "layer output", res[sdk.HiddenStatesOut].F, wantOut, 1e-5)
+			closeTo(t, "present_key", res[decoder.PastKey+sdk.RetainedSuffix].F, f64(attn["present_key"].F), 1e-6)
+			for _, n := range []string{tc.attn.Pre, tc.attn.Post, tc.mlp.Pre, tc.mlp.Post} {
+				if _, ok := weights[n+".weight"]; n != "" && !ok {
+					t.Errorf("the layer declares no %s.weight", n)
+				}
+			}
+		})
+	}
 }

@@ -336,3 +336,74 @@ func TestEmbedGathersHalfPrecisionTablesAsStored(t *testing.T) {
 		})
 	}
 }
+
+// residual is a one-kind plugin whose layer is l.Residual with the given
+// norm placements and attention.
+func residual(attn func() *decoder.Attention, attnNorms, mlpNorms decoder.Norms) decoder.Plugin {
+	return decoder.Plugin{Name: "res", Version: "1", Architectures: []decoder.Architecture{{ModelType: "toy", Name: "Res",
+		Load: func(m *decoder.Model) error {
+			m.Kind("decoder", "ResLayer", func(l *decoder.Layer) error {
+				return l.Residual(attn(), attnNorms, &decoder.SwiGLU{Width: m.Intermediate}, mlpNorms)
+			})
+			return nil
+		}}}}
+}
+
+// Residual declares the norms it is given, named by the plugin, around
+// each branch and in input order (pre, branch, post); PreNorm is its
+// pre-only case; q/k norms over all heads span heads*head_dim.
+func TestResidualDeclaresPlacedNorms(t *testing.T) {
+	allHeads := func() *decoder.Attention { return &decoder.Attention{QKNorm: true, QKNormAllHeads: true} }
+	cases := map[string]struct {
+		attn, mlp decoder.Norms
+		want      []string // the layer's inputs after the standard ones
+	}{
+		"post only (OLMo-2)": {decoder.Norms{Post: "post_attention_layernorm"}, decoder.Norms{Post: "post_feedforward_layernorm"},
+			[]string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+				"self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+				"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "post_feedforward_layernorm.weight"}},
+		"both (Gemma-2)": {decoder.Norms{Pre: "input_layernorm", Post: "post_attention_layernorm"},
+			decoder.Norms{Pre: "pre_feedforward_layernorm", Post: "post_feedforward_layernorm"},
+			[]string{"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+				"self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+				"pre_feedforward_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", "post_feedforward_layernorm.weight"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := residual(allHeads, tc.attn, tc.mlp)
+			model := plugintest.Edited(t, p, base, nil, "F32")
+			parts := plugintest.RequireBound(t, p, model, &pb.BuildRequest{Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0, 2}})
+			if got := parts[0][2]["post_attention_layernorm.weight"]; !slices.Equal(got, []string{"model.layers.2.post_attention_layernorm.weight"}) {
+				t.Errorf("layer 2 post_attention_layernorm bound to %v", got)
+			}
+			resp, err := p.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs := resp.GetFunction().GetInput()
+			if got := inputs[len(inputs)-len(tc.want):]; !slices.Equal(got, tc.want) {
+				t.Errorf("inputs %v, want %v", got, tc.want)
+			}
+			shapes := map[string][]int64{}
+			tensors, err := p.ExpectedTensors(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tensors {
+				shapes[e.Key] = e.Shape
+			}
+			// 4 heads and 2 KV heads of head_dim 4.
+			if q, k := shapes["model.layers.0.self_attn.q_norm.weight"], shapes["model.layers.0.self_attn.k_norm.weight"]; !slices.Equal(q, []int64{16}) || !slices.Equal(k, []int64{8}) {
+				t.Errorf("q/k norms over all heads of shapes %v, %v; want [16], [8]", q, k)
+			}
+		})
+	}
+	// The all-heads form is an option of the q/k norms, not a norm alone.
+	p := residual(func() *decoder.Attention { return &decoder.Attention{QKNormAllHeads: true} },
+		decoder.Norms{Pre: "input_layernorm"}, decoder.Norms{Pre: "post_attention_layernorm"})
+	model := plugintest.Edited(t, toy, base, nil, "F32")
+	resp, _ := p.Check(context.Background(), &pb.CheckRequest{Model: model})
+	if reasons := strings.Join(resp.GetReasons(), ";"); resp.GetSupported() || !strings.Contains(reasons, "QKNormAllHeads without QKNorm") {
+		t.Errorf("supported %v, reasons %q", resp.GetSupported(), reasons)
+	}
+}

@@ -84,26 +84,81 @@ type Block interface {
 	Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error)
 }
 
-// PreNorm is the pre-norm residual layer every decoder here has:
+// PreNorm is the pre-norm residual layer most decoders have:
 // h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h)),
 // with the norms' weights named as transformers names them.
 func (l *Layer) PreNorm(attn *Attention, mlp Block) error {
-	h := int64(l.Model.Hidden)
-	inNorm := l.Weight("input_layernorm.weight", h)
-	attn.Declare(l)
-	postNorm := l.Weight("post_attention_layernorm.weight", h)
-	mlp.Declare(l)
+	return l.Residual(attn, Norms{Pre: "input_layernorm"}, mlp, Norms{Pre: "post_attention_layernorm"})
+}
 
-	normed := blocks.RMSNorm(l.Scope("input_layernorm"), l.Hidden, inNorm, l.Model.Eps)
-	attnOut, key, value := attn.Apply(l, l.Scope("self_attn"), normed)
-	hidden := l.Add(l.Hidden, attnOut)
-	normed = blocks.RMSNorm(l.Scope("post_attention_layernorm"), hidden, postNorm, l.Model.Eps)
-	out, err := mlp.Apply(l, l.Scope("mlp"), normed)
+// Norms places the RMSNorms of a residual branch: Pre norms the branch's
+// input, Post its output before the residual add. Each is the norm's name
+// in the layer (its weight <name>.weight [hidden], as transformers names
+// it), or "" for none.
+type Norms struct{ Pre, Post string }
+
+// Residual is a layer of two residual branches, attention then the MLP,
+// each normed where its Norms say:
+// h = x + Post(attn(Pre(x))); out = h + Post(mlp(Pre(h))).
+// PreNorm is the pre-only case; OLMo-2 is post-only:
+//
+//	l.Residual(attn, Norms{Post: "post_attention_layernorm"}, mlp, Norms{Post: "post_feedforward_layernorm"})
+//
+// and Gemma-2/3 have both.
+func (l *Layer) Residual(attn *Attention, attnNorms Norms, mlp Block, mlpNorms Norms) error {
+	attnW := attnNorms.declare(l, func() { attn.Declare(l) })
+	mlpW := mlpNorms.declare(l, func() { mlp.Declare(l) })
+
+	var key, value fn.Value
+	hidden, err := attnNorms.apply(l, attnW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {
+		out, key, value = attn.Apply(l, l.Scope("self_attn"), x)
+		return out, nil
+	})
 	if err != nil {
 		return err
 	}
-	l.Output(l.Add(hidden, out), key, value)
+	out, err := mlpNorms.apply(l, mlpW, hidden, func(x fn.Value) (fn.Value, error) {
+		return mlp.Apply(l, l.Scope("mlp"), x)
+	})
+	if err != nil {
+		return err
+	}
+	l.Output(out, key, value)
 	return nil
+}
+
+// normWeights are a branch's declared norm weights ("" where none).
+type normWeights struct{ pre, post fn.Value }
+
+// declare declares the pre-norm's weight, the branch's (declareBranch),
+// then the post-norm's, in input order.
+func (n Norms) declare(l *Layer, declareBranch func()) normWeights {
+	var w normWeights
+	h := int64(l.Model.Hidden)
+	if n.Pre != "" {
+		w.pre = l.Weight(n.Pre+".weight", h)
+	}
+	declareBranch()
+	if n.Post != "" {
+		w.post = l.Weight(n.Post+".weight", h)
+	}
+	return w
+}
+
+// apply is x + Post(branch(Pre(x))).
+func (n Norms) apply(l *Layer, w normWeights, x fn.Value, branch func(fn.Value) (fn.Value, error)) (fn.Value, error) {
+	in := x
+	if n.Pre != "" {
+		in = blocks.RMSNorm(l.Scope(n.Pre), x, w.pre, l.Model.Eps)
+	}
+	out, err := branch(in)
+	if err != nil {
+		return "", err
+	}
+	if n.Post != "" {
+		out = blocks.RMSNorm(l.Scope(n.Post), out, w.post, l.Model.Eps)
+	}
+	return l.Add(x, out), nil
 }
 
 // Attention is self-attention named as transformers names it
@@ -111,6 +166,10 @@ func (l *Layer) PreNorm(attn *Attention, mlp Block) error {
 type Attention struct {
 	QKVBias, OBias bool // biases of the q/k/v and of the o projection
 	QKNorm         bool // per-head RMSNorm of queries and keys before RoPE (self_attn.{q,k}_norm)
+	// QKNormAllHeads (with QKNorm) norms all heads' queries, and all keys,
+	// as one vector before the split into heads: weights [heads*head_dim]
+	// and [kv_heads*head_dim] (OLMo-2), not [head_dim] (Qwen3).
+	QKNormAllHeads bool
 	Sinks          bool // a learned per-head logit joining the softmax (self_attn.sinks, gpt-oss)
 	Scaling        float64
 	// Mask is the context value masking the scores: CtxMask when empty, or
@@ -130,10 +189,17 @@ func (a *Attention) Declare(l *Layer) {
 		V: l.Linear("self_attn.v_proj", kv, h, a.QKVBias),
 		O: l.Linear("self_attn.o_proj", h, q, a.OBias),
 	}
-	if a.QKNorm {
+	switch {
+	case a.QKNorm && a.QKNormAllHeads:
+		a.block.QNorm = l.Weight("self_attn.q_norm.weight", int64(q))
+		a.block.KNorm = l.Weight("self_attn.k_norm.weight", int64(kv))
+		a.block.NormEps, a.block.NormAllHeads = m.Eps, true
+	case a.QKNorm:
 		a.block.QNorm = l.Weight("self_attn.q_norm.weight", int64(m.HeadDim))
 		a.block.KNorm = l.Weight("self_attn.k_norm.weight", int64(m.HeadDim))
 		a.block.NormEps = m.Eps
+	case a.QKNormAllHeads:
+		m.Fail(fmt.Errorf("%s: the attention sets QKNormAllHeads without QKNorm", m.Config.Path()))
 	}
 	if a.Sinks {
 		a.block.Sinks = l.Weight("self_attn.sinks", int64(m.Heads))
