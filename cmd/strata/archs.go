@@ -44,6 +44,7 @@ type archsReport struct {
 type pluginReport struct {
 	Name          string       `json:"name"`
 	Version       string       `json:"version,omitempty"`
+	SDKVersion    string       `json:"sdk_version,omitempty"` // the SDK it was built with: informational
 	Path          string       `json:"path"`
 	FoundVia      string       `json:"found_via"`
 	Error         string       `json:"error,omitempty"`
@@ -68,7 +69,7 @@ func archsReportOf(reg *plugins.Registry) archsReport {
 			r.Plugins = append(r.Plugins, pr)
 			continue
 		}
-		pr.Name, pr.Version = p.Desc.GetName(), p.Desc.GetVersion()
+		pr.Name, pr.Version, pr.SDKVersion = p.Desc.GetName(), p.Desc.GetVersion(), p.Desc.GetSdkVersion()
 		for _, a := range p.Desc.GetArchitectures() {
 			ar := archReport{ModelType: a.GetModelType(), HFArchitectures: a.GetHfArchitectures(), Capabilities: a.GetCapabilities(),
 				Options: a.GetOptions()}
@@ -100,7 +101,11 @@ func (r archsReport) print(w io.Writer) {
 			fmt.Fprintf(w, "%s  %s (%s)\n  FAILED: %s\n", p.Name, p.Path, p.FoundVia, p.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%s %s  %s (%s)\n", p.Name, p.Version, p.Path, p.FoundVia)
+		sdkVersion := ""
+		if p.SDKVersion != "" {
+			sdkVersion = " (sdk " + p.SDKVersion + ")"
+		}
+		fmt.Fprintf(w, "%s %s%s  %s (%s)\n", p.Name, p.Version, sdkVersion, p.Path, p.FoundVia)
 		for _, a := range p.Architectures {
 			fmt.Fprintf(w, "  %-14s %-28s %s\n", a.ModelType, strings.Join(a.HFArchitectures, ","), capabilities(a.Capabilities))
 			printOptions(w, "    ", a.Options)
