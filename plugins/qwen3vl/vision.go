@@ -363,15 +363,9 @@ func (c visionConfig) attention(f *fn.Func, qkv, cos, sin, mask fn.Value) fn.Val
 	return f.Reshape(ctx, 0, int64(c.hidden))
 }
 
-// geluTanh is GELU with the tanh approximation (gelu_pytorch_tanh).
-func geluTanh(f *fn.Func, x fn.Value) fn.Value {
-	cube := f.Mul(f.Mul(x, x), x)
-	inner := f.Mul(f.Add(x, f.Mul(cube, f.Scalar(0.044715))), f.Scalar(float32(math.Sqrt(2/math.Pi))))
-	return f.Mul(f.Mul(x, f.Scalar(0.5)), f.Add(f.Scalar(1), f.Op("Tanh", []fn.Value{inner})))
-}
+// geluTanh is GELU with the tanh approximation (gelu_pytorch_tanh), in
+// the function's dtype.
+func geluTanh(f *fn.Func, x fn.Value) fn.Value { return blocks.GELUTanh(f, x, f.DType()) }
 
-// geluErf is exact GELU (nn.GELU()).
-func geluErf(f *fn.Func, x fn.Value) fn.Value {
-	erf := f.Op("Erf", []fn.Value{f.Mul(x, f.Scalar(float32(1/math.Sqrt2)))})
-	return f.Mul(f.Mul(x, f.Scalar(0.5)), f.Add(f.Scalar(1), erf))
-}
+// geluErf is exact GELU (nn.GELU()), in the function's dtype.
+func geluErf(f *fn.Func, x fn.Value) fn.Value { return blocks.GELU(f, x, f.DType()) }

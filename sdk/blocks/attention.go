@@ -78,6 +78,8 @@ type Attention struct {
 	// projection's output, before it is split into heads: weights
 	// [Heads*HeadDim] and [KVHeads*HeadDim] (OLMo-2).
 	NormAllHeads bool
+	// NormOnePlus makes QNorm and KNorm Gemma's RMSNorm (RMSNormOnePlus).
+	NormOnePlus bool
 	// Sinks: a learned logit per query head [Heads] that joins each row's
 	// softmax and is then dropped (gpt-oss), or "".
 	Sinks fn.Value
@@ -123,11 +125,11 @@ func (c AttentionContext) read(f *fn.Func, cache, length fn.Value) fn.Value {
 func (a Attention) heads(f *fn.Func, l Linear, x fn.Value, n int, norm fn.Value) fn.Value {
 	y := l.Apply(f, x)
 	if norm != "" && a.NormAllHeads {
-		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
+		y = Norm{Eps: a.NormEps, OnePlus: a.NormOnePlus}.Apply(f.Scope("norm"), y, norm)
 	}
 	y = f.Reshape(y, 0, 0, int64(n), int64(a.HeadDim))
 	if norm != "" && !a.NormAllHeads {
-		y = RMSNorm(f.Scope("norm"), y, norm, a.NormEps)
+		y = Norm{Eps: a.NormEps, OnePlus: a.NormOnePlus}.Apply(f.Scope("norm"), y, norm)
 	}
 	return f.Transpose(y, 0, 2, 1, 3)
 }

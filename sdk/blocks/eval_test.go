@@ -482,7 +482,8 @@ func TestContextAndFinalParts(t *testing.T) {
 }
 
 // TestResidualNormPlacement: decoder.Layer.Residual with its norms before,
-// after, or around each branch (Llama, OLMo-2, Gemma-2), and OLMo-2's q/k
+// after, or around each branch (Llama, OLMo-2, Gemma-2; Gemma-3's with
+// every norm weighing by 1 + w and a tanh-GELU gated MLP), and OLMo-2's q/k
 // norms over all heads, built as a plugin builds the layer, against the
 // layer written out: RMSNorms, residual adds and the MLP as loops; the
 // attention as blocks.Attention alone (TestAttentionBlock checks it
@@ -496,18 +497,25 @@ func TestResidualNormPlacement(t *testing.T) {
 	config := []byte(`{"model_type": "toy", "hidden_size": 8, "intermediate_size": 6, "num_hidden_layers": 1,
 		"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 16, "rms_norm_eps": 1e-5, "rope_theta": 10000}`)
 	rope := blocks.RoPE{Type: "default", Base: 10000, Dim: hd, AttentionScaling: 1}
-	cases := map[string]struct{ attn, mlp decoder.Norms }{
-		"pre (Llama)":    {decoder.Norms{Pre: "input_layernorm"}, decoder.Norms{Pre: "post_attention_layernorm"}},
-		"post (OLMo-2)":  {decoder.Norms{Post: "post_attention_layernorm"}, decoder.Norms{Post: "post_feedforward_layernorm"}},
-		"both (Gemma-2)": {decoder.Norms{Pre: "input_layernorm", Post: "post_attention_layernorm"}, decoder.Norms{Pre: "pre_feedforward_layernorm", Post: "post_feedforward_layernorm"}},
+	both := []decoder.Norms{{Pre: "input_layernorm", Post: "post_attention_layernorm"}, {Pre: "pre_feedforward_layernorm", Post: "post_feedforward_layernorm"}}
+	cases := map[string]struct {
+		attn, mlp decoder.Norms
+		onePlus   bool // decoder.Model.NormOnePlus
+		act       blocks.Activation
+	}{
+		"pre (Llama)":                  {attn: decoder.Norms{Pre: "input_layernorm"}, mlp: decoder.Norms{Pre: "post_attention_layernorm"}},
+		"post (OLMo-2)":                {attn: decoder.Norms{Post: "post_attention_layernorm"}, mlp: decoder.Norms{Post: "post_feedforward_layernorm"}},
+		"both (Gemma-2)":               {attn: both[0], mlp: both[1]},
+		"both, 1 + w, GeGLU (Gemma-3)": {attn: both[0], mlp: both[1], onePlus: true, act: blocks.ActGELUTanh},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			plugin := decoder.Plugin{Name: "toy", Version: "1", Architectures: []decoder.Architecture{{ModelType: "toy", Name: "Toy",
 				Load: func(m *decoder.Model) error {
+					m.NormOnePlus = tc.onePlus
 					m.Kind("decoder", "ToyLayer", func(l *decoder.Layer) error {
 						return l.Residual(&decoder.Attention{QKNorm: true, QKNormAllHeads: true}, tc.attn,
-							&decoder.SwiGLU{Width: m.Intermediate}, tc.mlp)
+							&decoder.SwiGLU{Width: m.Intermediate, Act: tc.act}, tc.mlp)
 					})
 					return nil
 				}}}}
@@ -560,8 +568,12 @@ func TestResidualNormPlacement(t *testing.T) {
 					return x
 				}
 				out := make([]float64, 0, len(x))
+				w := weights[name+".weight"]
+				if tc.onePlus {
+					w = onePlus(w)
+				}
 				for tok := range len(x) / H {
-					out = append(out, rmsNorm(x[tok*H:(tok+1)*H], weights[name+".weight"], eps)...)
+					out = append(out, rmsNorm(x[tok*H:(tok+1)*H], w, eps)...)
 				}
 				return out
 			}
@@ -579,7 +591,7 @@ func TestResidualNormPlacement(t *testing.T) {
 			c := blocks.AttentionContext{PositionIDs: f.Input(sdk.PositionIDs), PastKey: f.Input(decoder.PastKey), PastValue: f.Input(decoder.PastValue),
 				Cos: f.Input(decoder.CtxCos), Sin: f.Input(decoder.CtxSin), Mask: f.Input(decoder.CtxMask),
 				ReadIndices: f.Input(decoder.CtxReadIndices), Invalid: f.Input(decoder.CtxReadInvalid)}
-			a := blocks.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps, NormAllHeads: true,
+			a := blocks.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps, NormAllHeads: true, NormOnePlus: tc.onePlus,
 				Q: blocks.LinearInputs(f, "self_attn.q_proj", false), K: blocks.LinearInputs(f, "self_attn.k_proj", false),
 				V: blocks.LinearInputs(f, "self_attn.v_proj", false), O: blocks.LinearInputs(f, "self_attn.o_proj", false),
 				QNorm: f.Input("self_attn.q_norm.weight"), KNorm: f.Input("self_attn.k_norm.weight")}
@@ -602,7 +614,11 @@ func TestResidualNormPlacement(t *testing.T) {
 			gate := linear(m, B*S, weights["mlp.gate_proj.weight"], I, nil)
 			up := linear(m, B*S, weights["mlp.up_proj.weight"], I, nil)
 			for i := range gate {
-				gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+				if tc.act == blocks.ActGELUTanh {
+					gate[i] = geluTanh(gate[i]) * up[i]
+				} else {
+					gate[i] = gate[i] / (1 + math.Exp(-gate[i])) * up[i]
+				}
 			}
 			wantOut := add(h, norm(linear(gate, B*S, weights["mlp.down_proj.weight"], H, nil), tc.mlp.Post))
 			closeTo(t, "layer output", res[sdk.HiddenStatesOut].F, wantOut, 1e-5)

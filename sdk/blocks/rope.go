@@ -12,14 +12,14 @@ import (
 // transformers computes them: inv_freq from the base and the rope type,
 // cos/sin from position_ids in float32, scaled by AttentionScaling.
 type RoPE struct {
-	Type string  // default, linear, llama3, yarn
+	Type string  // default, linear, llama3, yarn, longrope
 	Base float64 // rope_theta
 	Dim  int     // rotated dimensions: head_dim * partial_rotary_factor
 
 	Factor               float64 // linear, llama3, yarn
 	LowFreqFactor        float64 // llama3
 	HighFreqFactor       float64 // llama3
-	OriginalMaxPositions float64 // llama3, yarn
+	OriginalMaxPositions float64 // llama3, yarn, longrope
 
 	// yarn: the ramp between extrapolated and interpolated frequencies
 	// runs over the dimensions rotating BetaFast down to BetaSlow times in
@@ -27,11 +27,16 @@ type RoPE struct {
 	BetaFast, BetaSlow float64
 	Truncate           bool
 
+	// longrope (Phi-3): one divisor per rotated frequency, ShortFactor's
+	// while the largest position id + 1 is at most OriginalMaxPositions,
+	// LongFactor's beyond (chosen per call, see Tables).
+	ShortFactor, LongFactor []float64
+
 	// MRoPESection is [t, h, w] for interleaved multimodal RoPE (Qwen3-VL):
 	// see Tables3. Nil for 1-D RoPE.
 	MRoPESection []int
 
-	AttentionScaling float64 // multiplies cos and sin; 1 except for yarn
+	AttentionScaling float64 // multiplies cos and sin; 1 except for yarn and longrope
 }
 
 // RoPEFromConfig reads rope settings from either place transformers keeps
@@ -131,8 +136,10 @@ func (r *RoPE) readScaling(s hf.Config, name string, top hf.Config) error {
 		return r.readLlama3(s, name)
 	case "yarn":
 		return r.readYarn(s, name, top)
+	case "longrope":
+		return r.readLongRoPE(s, name, top)
 	default:
-		return fmt.Errorf("config.json: rope type %q is not supported (supported: default, linear, llama3, yarn)", typ)
+		return fmt.Errorf("config.json: rope type %q is not supported (supported: default, linear, llama3, yarn, longrope)", typ)
 	}
 }
 
@@ -204,26 +211,8 @@ func (r *RoPE) readLlama3(s hf.Config, name string) error {
 // exception), else from s, else max_position_embeddings; a missing factor
 // is max_position_embeddings / original_max_position_embeddings.
 func (r *RoPE) readYarn(s hf.Config, name string, top hf.Config) error {
-	maxPos, err := top.FloatOr("max_position_embeddings", 0)
+	maxPos, err := r.readOriginalMax(s, name, top, "yarn")
 	if err != nil {
-		return err
-	}
-	omaxField := name + ".original_max_position_embeddings"
-	switch {
-	case top.Has("original_max_position_embeddings"):
-		omaxField = "original_max_position_embeddings"
-		r.OriginalMaxPositions, err = top.Float("original_max_position_embeddings")
-	case s.Has("original_max_position_embeddings"):
-		r.OriginalMaxPositions, err = s.Float("original_max_position_embeddings")
-	case top.Has("max_position_embeddings"):
-		omaxField, r.OriginalMaxPositions = "max_position_embeddings", maxPos
-	default:
-		return fmt.Errorf("config.json: yarn rope scaling needs %s (or max_position_embeddings)", omaxField)
-	}
-	if err != nil {
-		return err
-	}
-	if err := positive(omaxField, r.OriginalMaxPositions); err != nil {
 		return err
 	}
 	if s.Has("factor") {
@@ -264,6 +253,90 @@ func (r *RoPE) readYarn(s hf.Config, name string, top hf.Config) error {
 		return err
 	}
 	return r.readYarnAttentionFactor(s, name)
+}
+
+// readOriginalMax sets OriginalMaxPositions as standardize_rope_params
+// does for yarn and longrope: the top-level original_max_position_embeddings
+// if there, else s's, else max_position_embeddings. It returns
+// max_position_embeddings (0 when absent).
+func (r *RoPE) readOriginalMax(s hf.Config, name string, top hf.Config, typ string) (maxPos float64, err error) {
+	if maxPos, err = top.FloatOr("max_position_embeddings", 0); err != nil {
+		return 0, err
+	}
+	omaxField := name + ".original_max_position_embeddings"
+	switch {
+	case top.Has("original_max_position_embeddings"):
+		omaxField = "original_max_position_embeddings"
+		r.OriginalMaxPositions, err = top.Float("original_max_position_embeddings")
+	case s.Has("original_max_position_embeddings"):
+		r.OriginalMaxPositions, err = s.Float("original_max_position_embeddings")
+	case top.Has("max_position_embeddings"):
+		omaxField, r.OriginalMaxPositions = "max_position_embeddings", maxPos
+	default:
+		return 0, fmt.Errorf("config.json: %s rope scaling needs %s (or max_position_embeddings)", typ, omaxField)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return maxPos, positive(omaxField, r.OriginalMaxPositions)
+}
+
+// readLongRoPE reads longrope as transformers' _compute_longrope_parameters:
+// short_factor and long_factor (one per rotated frequency), the original
+// length as readOriginalMax, factor if given else max_position_embeddings /
+// original, and attention_factor if given, else 1 for factor ≤ 1, else
+// sqrt(1 + ln(factor) / ln(original)).
+func (r *RoPE) readLongRoPE(s hf.Config, name string, top hf.Config) error {
+	if r.MRoPESection != nil {
+		return fmt.Errorf("config.json: longrope with mrope_section (multimodal RoPE) is not supported")
+	}
+	maxPos, err := r.readOriginalMax(s, name, top, "longrope")
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]float64
+	}{{"short_factor", &r.ShortFactor}, {"long_factor", &r.LongFactor}} {
+		if *f.dst, err = s.Floats(f.key); err != nil {
+			return err
+		}
+		if len(*f.dst) != r.Dim/2 {
+			return fmt.Errorf("config.json: %s.%s has %d entries; longrope needs one per rotated frequency (rotary dimension %d / 2 = %d)", name, f.key, len(*f.dst), r.Dim, r.Dim/2)
+		}
+		for i, v := range *f.dst {
+			if err := positive(fmt.Sprintf("%s.%s[%d]", name, f.key, i), v); err != nil {
+				return err
+			}
+		}
+	}
+	factor := 0.0
+	if s.Has("factor") {
+		if factor, err = s.Float("factor"); err != nil {
+			return err
+		}
+		if err := positive(name+".factor", factor); err != nil {
+			return err
+		}
+	} else {
+		if err := positive("max_position_embeddings (longrope without a factor)", maxPos); err != nil {
+			return err
+		}
+		factor = maxPos / r.OriginalMaxPositions
+	}
+	if s.Has("attention_factor") {
+		if r.AttentionScaling, err = s.Float("attention_factor"); err != nil {
+			return err
+		}
+		return positive(name+".attention_factor", r.AttentionScaling)
+	}
+	if factor > 1 {
+		if r.OriginalMaxPositions <= 1 {
+			return fmt.Errorf("config.json: longrope's attention factor divides by ln(original_max_position_embeddings); %g must be > 1 (or give attention_factor)", r.OriginalMaxPositions)
+		}
+		r.AttentionScaling = math.Sqrt(1 + math.Log(factor)/math.Log(r.OriginalMaxPositions))
+	}
+	return nil
 }
 
 // readYarnAttentionFactor: attention_factor if given, else
@@ -313,8 +386,11 @@ func (r RoPE) InvFreq() []float32 {
 		exp := float32(2*i) / float32(r.Dim)
 		pow[i] = float32(math.Pow(base, float64(exp)))
 	}
-	if r.Type == "yarn" {
+	switch r.Type {
+	case "yarn":
 		return r.yarn(pow)
+	case "longrope":
+		return longrope(pow, r.ShortFactor)
 	}
 	inv := make([]float32, half)
 	for i, p := range pow {
@@ -327,6 +403,24 @@ func (r RoPE) InvFreq() []float32 {
 		}
 	case "llama3":
 		r.llama3(inv)
+	}
+	return inv
+}
+
+// LongInvFreq is longrope's table for sequences longer than
+// OriginalMaxPositions (InvFreq is the short one).
+func (r RoPE) LongInvFreq() []float32 {
+	long := r
+	long.Type, long.ShortFactor = "longrope", r.LongFactor
+	return long.InvFreq()
+}
+
+// longrope divides the default frequencies by the factors: 1 / (ext · pow)
+// in float32, the factors rounded to float32 as torch.tensor does.
+func longrope(pow []float32, factors []float64) []float32 {
+	inv := make([]float32, len(pow))
+	for i, p := range pow {
+		inv[i] = 1 / float32(float32(factors[i])*p)
 	}
 	return inv
 }
@@ -390,8 +484,23 @@ func (r RoPE) llama3(inv []float32) {
 // position_ids [B,S], once per model.
 func (r RoPE) Tables(f *fn.Func, positionIDs fn.Value) (cos, sin fn.Value) {
 	pos := f.Unsqueeze(f.Cast(positionIDs, fn.Float32), -1) // [B,S,1]
-	freqs := f.Mul(pos, f.Floats(r.InvFreq()...))           // [B,S,Dim/2]
+	freqs := f.Mul(pos, r.invFreq(f, positionIDs))          // [B,S,Dim/2]
 	return r.tables(f, freqs)
+}
+
+// invFreq is the frequency table for position_ids [B,S]. For longrope it
+// is chosen per call as transformers' longrope_frequency_update does: the
+// long factors' when max(position_ids) + 1 > OriginalMaxPositions, over the
+// whole batch, else the short ones'.
+func (r RoPE) invFreq(f *fn.Func, positionIDs fn.Value) fn.Value {
+	short := f.Floats(r.InvFreq()...)
+	if r.Type != "longrope" {
+		return short
+	}
+	// max + 1 > original ⇔ max > floor(original) - 1 for integer positions.
+	last := f.Int(int64(math.Floor(r.OriginalMaxPositions)) - 1)
+	long := f.Greater(f.ReduceMax(positionIDs, false, 0, 1), last)
+	return f.Where(long, f.Floats(r.LongInvFreq()...), short)
 }
 
 // Tables3 computes cos and sin [B,1,S,Dim] like Tables from int64 position

@@ -27,6 +27,14 @@ type ropeReference struct {
 		Positions       []int64         `json:"positions"`
 		Cos, Sin        []float64
 	} `json:"yarn"`
+	LongRoPE []struct {
+		Name            string          `json:"name"`
+		Config          json.RawMessage `json:"config"`
+		HeadDim         int             `json:"head_dim"`
+		PosFreqsBits    []int32         `json:"pos_freqs_bits"`
+		AttentionFactor float64         `json:"attention_factor"`
+		Short, Long     longropeCall
+	} `json:"longrope"`
 	MRoPE struct {
 		Config      json.RawMessage `json:"config"`
 		HeadDim     int             `json:"head_dim"`
@@ -44,6 +52,14 @@ type ropeReference struct {
 		Up16         []float32 `json:"up_float16"`
 		Out16        []float64 `json:"out_float16"`
 	} `json:"swiglu"`
+}
+
+// longropeCall is one forward call of transformers' Phi3RotaryEmbedding:
+// the positions, the table it turned by, and its cos/sin.
+type longropeCall struct {
+	Positions   []int64 `json:"positions"`
+	InvFreqBits []int32 `json:"inv_freq_bits"`
+	Cos, Sin    []float64
 }
 
 func loadRopeReference(t *testing.T) ropeReference {
@@ -292,5 +308,82 @@ func TestMRoPERowsInterleave(t *testing.T) {
 	}
 	if want := strings.Repeat("THW", 20) + "TTTT"; string(got) != want {
 		t.Errorf("rows %s, want %s", got, want)
+	}
+}
+
+// longrope's two tables, from transformers' own base^(2i/d) bit for bit and
+// from ours to an ulp, its attention factor, and Tables switching between
+// them per call on max(position_ids) + 1 as transformers does.
+func TestLongRoPEMatchesTransformers(t *testing.T) {
+	ref := loadRopeReference(t)
+	if len(ref.LongRoPE) == 0 {
+		t.Fatal("no longrope cases")
+	}
+	for _, tc := range ref.LongRoPE {
+		t.Run(tc.Name, func(t *testing.T) {
+			cfg, err := hf.Parse(tc.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := RoPEFromConfig(cfg, tc.HeadDim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Type != "longrope" || r.OriginalMaxPositions != 4096 {
+				t.Fatalf("type %q, original max %g", r.Type, r.OriginalMaxPositions)
+			}
+			if r.AttentionScaling != tc.AttentionFactor {
+				t.Errorf("attention scaling %.17g, transformers %.17g", r.AttentionScaling, tc.AttentionFactor)
+			}
+			pow := make([]float32, len(tc.PosFreqsBits))
+			for i, b := range tc.PosFreqsBits {
+				pow[i] = math.Float32frombits(uint32(b))
+			}
+			for _, call := range []struct {
+				name    string
+				factors []float64
+				inv     []float32
+				ref     longropeCall
+			}{{"short", r.ShortFactor, r.InvFreq(), tc.Short}, {"long", r.LongFactor, r.LongInvFreq(), tc.Long}} {
+				for i, f := range longrope(pow, call.factors) {
+					if want := uint32(call.ref.InvFreqBits[i]); math.Float32bits(f) != want {
+						t.Errorf("%s: 1/(factor·pow) [%d] = %g, transformers %g", call.name, i, f, math.Float32frombits(want))
+					}
+				}
+				if len(call.inv) != len(call.ref.InvFreqBits) {
+					t.Fatalf("%s: %d frequencies, transformers %d", call.name, len(call.inv), len(call.ref.InvFreqBits))
+				}
+				// An ulp of base^(2i/d) (torch's pow, as for yarn) may move
+				// 1/(factor·pow) by two after the product's rounding.
+				dInv := make([]float64, len(call.inv))
+				for i, f := range call.inv {
+					if ulps := int64(math.Float32bits(f)) - int64(call.ref.InvFreqBits[i]); ulps < -2 || ulps > 2 {
+						t.Errorf("%s: inv_freq[%d] = %g, %d ulps from transformers", call.name, i, f, ulps)
+					}
+					dInv[i] = math.Abs(float64(f) - float64(math.Float32frombits(uint32(call.ref.InvFreqBits[i]))))
+				}
+				pos := call.ref.Positions
+				cos, sin := ropeTables(t, r, []int64{1, int64(len(pos))}, pos)
+				width := r.Dim
+				worst := 0.0
+				for _, table := range []struct {
+					got  []float32
+					want []float64
+				}{{cos.F, call.ref.Cos}, {sin.F, call.ref.Sin}} {
+					if len(table.got) != len(table.want) {
+						t.Fatalf("%s: %d values, transformers %d", call.name, len(table.got), len(table.want))
+					}
+					for i, g := range table.got {
+						j := i % width % len(dInv)
+						d := math.Abs(float64(g) - table.want[i])
+						if d > angleTolerance(float64(pos[i/width]), call.inv[j], dInv[j], r.AttentionScaling) {
+							t.Errorf("%s: table[%d] = %g, transformers %g", call.name, i, g, table.want[i])
+						}
+						worst = max(worst, d)
+					}
+				}
+				t.Logf("%s (max position %d): cos/sin max error %.2g", call.name, pos[len(pos)-1], worst)
+			}
+		})
 	}
 }

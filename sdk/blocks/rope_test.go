@@ -3,6 +3,7 @@ package blocks
 import (
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,6 +90,16 @@ func TestRoPEConfigErrors(t *testing.T) {
 		"mrope negative":         {`{"rope_scaling": {"rope_type": "default", "mrope_section": [-4, 34, 34]}}`, "negative entry"},
 		"mrope not interleaved":  {`{"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24], "mrope_interleaved": false}}`, "non-interleaved MRoPE"},
 		"qwen2-vl mrope":         {`{"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}`, "non-interleaved MRoPE"},
+
+		// longrope (head_dim 128: 64 factors each).
+		"longrope no short":        {`{"max_position_embeddings": 8192, "original_max_position_embeddings": 4096, "rope_scaling": {"type": "longrope", "long_factor": [2]}}`, "rope_scaling.short_factor has 0 entries; longrope needs one per rotated frequency (rotary dimension 128 / 2 = 64)"},
+		"longrope short length":    {`{"max_position_embeddings": 8192, "rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [2, 2]}}`, "short_factor has 2 entries"},
+		"longrope factor not list": {`{"rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096, "short_factor": 1, "long_factor": [2]}}`, `"short_factor" must be a list of numbers`},
+		"longrope zero entry":      {`{"rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096, "short_factor": ` + longropeList(64, 0) + `, "long_factor": ` + longropeList(64, 1) + `}}`, "rope_scaling.short_factor[0] must be a finite number > 0, got 0"},
+		"longrope no omax":         {`{"rope_scaling": {"type": "longrope", "short_factor": ` + longropeList(64, 1) + `, "long_factor": ` + longropeList(64, 1) + `}}`, "longrope rope scaling needs rope_scaling.original_max_position_embeddings (or max_position_embeddings)"},
+		"longrope no factor":       {`{"rope_scaling": {"type": "longrope", "original_max_position_embeddings": 4096, "short_factor": ` + longropeList(64, 1) + `, "long_factor": ` + longropeList(64, 1) + `}}`, "max_position_embeddings (longrope without a factor) must be a finite number > 0"},
+		"longrope omax one":        {`{"max_position_embeddings": 8, "original_max_position_embeddings": 1, "rope_scaling": {"type": "longrope", "short_factor": ` + longropeList(64, 1) + `, "long_factor": ` + longropeList(64, 1) + `}}`, "divides by ln(original_max_position_embeddings); 1 must be > 1"},
+		"longrope with mrope":      {`{"max_position_embeddings": 8, "rope_scaling": {"type": "longrope", "mrope_section": [24, 20, 20], "short_factor": ` + longropeList(64, 1) + `, "long_factor": ` + longropeList(64, 1) + `}}`, "longrope with mrope_section"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -139,4 +150,13 @@ func TestYarnConfigDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// longropeList is a JSON list of n copies of v.
+func longropeList(n int, v float64) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }

@@ -133,7 +133,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	domain := "strata." + p.Name
 	switch req.GetPart() {
 	case sdk.PartEmbed:
-		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt)), nil
+		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt), m.EmbedScale), nil
 	case sdk.PartContext:
 		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions()), nil
 	case sdk.PartLayer:
@@ -143,7 +143,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
-		return finalPart(domain, a.Name+"Final", dt, m.Eps, m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
+		return finalPart(domain, a.Name+"Final", dt, m.norm(), m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
 		if !ok {

@@ -59,6 +59,48 @@ func (l *Layer) Linear(name string, out, in int, bias bool) blocks.Linear {
 	return lin
 }
 
+// FusedLinears declares nn.Linears names[i] of outs[i] outputs (formal
+// inputs <name>.weight [out, in], and <name>.bias [out] when bias is set),
+// bound to consecutive row blocks of the one stored projection fused
+// (<fused>.weight [Σouts, in]), in the order given: the graph is that of
+// separate projections, the checkpoint read as stored. For Phi-3:
+//
+//	l.FusedLinears("self_attn.qkv_proj", []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, []int{q, kv, kv}, h, false)
+func (l *Layer) FusedLinears(fused string, names []string, outs []int, in int, bias bool) []blocks.Linear {
+	total := int64(0)
+	for _, o := range outs {
+		total += int64(o)
+	}
+	lins := make([]blocks.Linear, len(names))
+	start := int64(0)
+	for i, name := range names {
+		lo, hi := start, start+int64(outs[i])
+		lins[i].Weight = l.Computed(name+".weight", func(layer int32) weight.Expr {
+			return weight.Slice(weight.Tensor(l.Model.LayerKey(layer, fused+".weight"), total, int64(in)), 0, lo, hi, 1)
+		})
+		if bias {
+			lins[i].Bias = l.Computed(name+".bias", func(layer int32) weight.Expr {
+				return weight.Slice(weight.Tensor(l.Model.LayerKey(layer, fused+".bias"), total), 0, lo, hi, 1)
+			})
+		}
+		start = hi
+	}
+	return lins
+}
+
+// projections declares nn.Linears names (out[i] × in): separate, or rows
+// of the stored projection fused when it is not "".
+func (l *Layer) projections(fused string, names []string, outs []int, in int, bias bool) []blocks.Linear {
+	if fused != "" {
+		return l.FusedLinears(fused, names, outs, in, bias)
+	}
+	lins := make([]blocks.Linear, len(names))
+	for i, name := range names {
+		lins[i] = l.Linear(name, outs[i], in, bias)
+	}
+	return lins
+}
+
 // Context declares a context value (one the model added with AddContext)
 // as an input of the layer.
 func (l *Layer) Context(name string) fn.Value { return l.Input(name) }
@@ -149,14 +191,14 @@ func (n Norms) declare(l *Layer, declareBranch func()) normWeights {
 func (n Norms) apply(l *Layer, w normWeights, x fn.Value, branch func(fn.Value) (fn.Value, error)) (fn.Value, error) {
 	in := x
 	if n.Pre != "" {
-		in = blocks.RMSNorm(l.Scope(n.Pre), x, w.pre, l.Model.Eps)
+		in = l.Model.norm().Apply(l.Scope(n.Pre), x, w.pre)
 	}
 	out, err := branch(in)
 	if err != nil {
 		return "", err
 	}
 	if n.Post != "" {
-		out = blocks.RMSNorm(l.Scope(n.Post), out, w.post, l.Model.Eps)
+		out = l.Model.norm().Apply(l.Scope(n.Post), out, w.post)
 	}
 	return l.Add(x, out), nil
 }
@@ -172,6 +214,13 @@ type Attention struct {
 	QKNormAllHeads bool
 	Sinks          bool // a learned per-head logit joining the softmax (self_attn.sinks, gpt-oss)
 	Scaling        float64
+	// FusedQKV names one stored projection holding q, k and v's rows in
+	// that order ("self_attn.qkv_proj", Phi-3), bound by FusedLinears;
+	// "" for separate q_proj, k_proj, v_proj.
+	FusedQKV string
+	// RoPE names the tables a model added with AddRoPE that this attention
+	// turns by; the model's RoPE when empty.
+	RoPE string
 	// Mask is the context value masking the scores: CtxMask when empty, or
 	// one the model added (a sliding-window mask).
 	Mask string
@@ -183,21 +232,20 @@ type Attention struct {
 func (a *Attention) Declare(l *Layer) {
 	m := l.Model
 	q, kv, h := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim, m.Hidden
-	a.block = blocks.Attention{Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, RoPE: m.RoPE, Scaling: a.Scaling,
-		Q: l.Linear("self_attn.q_proj", q, h, a.QKVBias),
-		K: l.Linear("self_attn.k_proj", kv, h, a.QKVBias),
-		V: l.Linear("self_attn.v_proj", kv, h, a.QKVBias),
+	names := []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}
+	qkv := l.projections(a.FusedQKV, names, []int{q, kv, kv}, h, a.QKVBias) // declared before o_proj
+	a.block = blocks.Attention{Q: qkv[0], K: qkv[1], V: qkv[2], Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, RoPE: m.RoPE, Scaling: a.Scaling,
 		O: l.Linear("self_attn.o_proj", h, q, a.OBias),
 	}
 	switch {
 	case a.QKNorm && a.QKNormAllHeads:
 		a.block.QNorm = l.Weight("self_attn.q_norm.weight", int64(q))
 		a.block.KNorm = l.Weight("self_attn.k_norm.weight", int64(kv))
-		a.block.NormEps, a.block.NormAllHeads = m.Eps, true
+		a.block.NormEps, a.block.NormAllHeads, a.block.NormOnePlus = m.Eps, true, m.NormOnePlus
 	case a.QKNorm:
 		a.block.QNorm = l.Weight("self_attn.q_norm.weight", int64(m.HeadDim))
 		a.block.KNorm = l.Weight("self_attn.k_norm.weight", int64(m.HeadDim))
-		a.block.NormEps = m.Eps
+		a.block.NormEps, a.block.NormOnePlus = m.Eps, m.NormOnePlus
 	case a.QKNormAllHeads:
 		m.Fail(fmt.Errorf("%s: the attention sets QKNormAllHeads without QKNorm", m.Config.Path()))
 	}
@@ -206,6 +254,15 @@ func (a *Attention) Declare(l *Layer) {
 	}
 	if a.Mask != "" && a.Mask != CtxMask {
 		l.Attn.Mask = l.Context(a.Mask)
+	}
+	if a.RoPE != "" {
+		rope, ok := m.ropes[a.RoPE]
+		if !ok {
+			m.Fail(fmt.Errorf("the attention turns by RoPE %q, which the plugin did not add (Model.AddRoPE)", a.RoPE))
+			return
+		}
+		a.block.RoPE = rope
+		l.Attn.Cos, l.Attn.Sin = l.Context(ropeCos(a.RoPE)), l.Context(ropeSin(a.RoPE))
 	}
 }
 
@@ -216,11 +273,17 @@ func (a *Attention) Apply(l *Layer, f *fn.Func, x fn.Value) (out, key, value fn.
 }
 
 // SwiGLU is a gated MLP named as transformers names it: <Name>.gate_proj,
-// up_proj, down_proj of width Width (Name "mlp" when empty).
+// up_proj, down_proj of width Width (Name "mlp" when empty), its
+// activation Act (SiLU when empty; Gemma's GeGLU: blocks.ActGELUTanh).
 type SwiGLU struct {
 	Name  string
 	Width int
 	Bias  bool
+	Act   blocks.Activation
+	// FusedGateUp names one stored projection holding gate's rows, then
+	// up's ("mlp.gate_up_proj", Phi-3), bound by FusedLinears; "" for
+	// separate gate_proj and up_proj.
+	FusedGateUp string
 
 	block blocks.SwiGLU
 }
@@ -235,10 +298,15 @@ func (s *SwiGLU) Declare(l *Layer) {
 		l.Model.Fail(fmt.Errorf("%s: the MLP width must be positive, got %d", l.Model.Config.Path(), s.Width))
 	}
 	h := l.Model.Hidden
+	gateUp := l.projections(s.FusedGateUp, []string{name + ".gate_proj", name + ".up_proj"}, []int{s.Width, s.Width}, h, s.Bias)
 	s.block = blocks.SwiGLU{
-		Gate: l.Linear(name+".gate_proj", s.Width, h, s.Bias),
-		Up:   l.Linear(name+".up_proj", s.Width, h, s.Bias),
+		Gate: gateUp[0],
+		Up:   gateUp[1],
 		Down: l.Linear(name+".down_proj", h, s.Width, s.Bias),
+		Act:  s.Act,
+	}
+	if !s.Act.Known() {
+		l.Model.Fail(fmt.Errorf("%s: unknown MLP activation %q (known: %v)", l.Model.Config.Path(), string(s.Act), blocks.Activations))
 	}
 }
 

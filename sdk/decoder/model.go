@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/fn"
 	"github.com/strata-llm/strata/sdk/hf"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -55,10 +56,19 @@ type Model struct {
 	// embeddings [B,S,H] and input_ids and returns the hidden state (image
 	// tokens replaced by vision rows). It may declare formal inputs.
 	Embed func(f *fn.Func, inputIDs, embedded fn.Value) fn.Value
+	// EmbedScale, when not 0, multiplies the looked-up embeddings, rounded
+	// to the compute dtype as transformers rounds it to the weights' dtype
+	// (Gemma: sqrt(hidden_size)), before Embed.
+	EmbedScale float64
+	// NormOnePlus makes every RMSNorm the layers' Norms, the attention's
+	// q/k norms and the final norm apply Gemma's: weights stored as an
+	// offset from 1, y·(1 + w) computed in float32 (blocks.RMSNormOnePlus).
+	NormOnePlus bool
 
 	arch          Architecture
 	kinds         []*Kind
 	context       []ContextValue
+	ropes         map[string]blocks.RoPE
 	models        []*pb.ModelSpec
 	modelBuilders map[string]func(*fn.Func) (*pb.BuildResponse, error)
 	notes         []string
@@ -104,6 +114,27 @@ func (m *Model) Kind(name, function string, body func(l *Layer) error) *Kind {
 
 // AddContext adds a value the context part computes once for all layers.
 func (m *Model) AddContext(v ContextValue) { m.context = append(m.context, v) }
+
+// AddRoPE adds a second pair of RoPE tables the context part computes
+// (from the sequence positions) beside the model's, for the layers whose
+// attention names it (Attention.RoPE): Gemma-3's sliding layers turn at
+// rope_local_base_freq, its full ones at rope_theta.
+func (m *Model) AddRoPE(name string, rope blocks.RoPE) {
+	if m.ropes == nil {
+		m.ropes = map[string]blocks.RoPE{}
+	}
+	if _, ok := m.ropes[name]; ok {
+		m.Fail(fmt.Errorf("the plugin adds RoPE %q twice", name))
+		return
+	}
+	m.ropes[name] = rope
+	for _, v := range ropeTables(name, rope) {
+		m.AddContext(v)
+	}
+}
+
+// norm is the kind of the model's RMSNorms.
+func (m *Model) norm() blocks.Norm { return blocks.Norm{Eps: m.Eps, OnePlus: m.NormOnePlus} }
 
 // AddModel declares a separate model the plugin builds (part "model"):
 // build gets a function named <Name><Spec.Name> and returns it with its

@@ -46,7 +46,8 @@ type Context struct {
 	PositionIDs, Slots fn.Value
 	RoPE               blocks.RoPE
 
-	inputs map[string]fn.Value // graph inputs declared so far, shared by the context values
+	inputs map[string]fn.Value    // graph inputs declared so far, shared by the context values
+	ropes  map[string][2]fn.Value // tables of the RoPEs the model added (AddRoPE), computed once
 }
 
 // Input declares name as a formal input of the context part, once however
@@ -74,14 +75,38 @@ func SlidingWindow(name string, window int) ContextValue {
 	}}
 }
 
+// ropeCos and ropeSin name the context values of the tables of a RoPE the
+// model added with AddRoPE.
+func ropeCos(name string) string { return name + "_cos" }
+func ropeSin(name string) string { return name + "_sin" }
+
+// ropeTables are the context values cos and sin [B,1,S,Dim] of rope
+// (Tables from the sequence positions), computed once for both.
+func ropeTables(name string, rope blocks.RoPE) []ContextValue {
+	tables := func(c *Context) [2]fn.Value {
+		t, ok := c.ropes[name]
+		if !ok {
+			cos, sin := rope.Tables(c.Func, c.PositionIDs)
+			t = [2]fn.Value{cos, sin}
+			c.ropes[name] = t
+		}
+		return t
+	}
+	return []ContextValue{
+		{Name: ropeCos(name), Compute: func(c *Context) fn.Value { return tables(c)[0] }},
+		{Name: ropeSin(name), Compute: func(c *Context) fn.Value { return tables(c)[1] }},
+	}
+}
+
 // EmbedPart looks input_ids up in the embedding tensor.
 func EmbedPart(domain, name string, dt fn.DType, embed weight.Expr) *pb.BuildResponse {
-	return embedPart(domain, name, dt, embed, nil, dt)
+	return embedPart(domain, name, dt, embed, nil, dt, 0)
 }
 
 // embedPart is EmbedPart finished by hook (Model.Embed) when set. The table
-// is looked up in dtype table, and the rows cast to dt when it differs.
-func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f *fn.Func, ids, embedded fn.Value) fn.Value, table fn.DType) *pb.BuildResponse {
+// is looked up in dtype table, and the rows cast to dt when it differs,
+// then multiplied by scale (Model.EmbedScale) in dt unless it is 0.
+func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f *fn.Func, ids, embedded fn.Value) fn.Value, table fn.DType, scale float64) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	ids, weights := f.Input(sdk.InputIDs), f.Input("embed_tokens.weight")
 	hidden := blocks.Embedding(f, weights, ids)
@@ -89,6 +114,9 @@ func embedPart(domain, name string, dt fn.DType, embed weight.Expr, hook func(f 
 	if table != dt {
 		hidden = f.Cast(hidden, dt)
 		bind.Dtype = dtype.Name(table)
+	}
+	if scale != 0 {
+		hidden = f.Mul(hidden, f.Scalar(float32(scale)))
 	}
 	if hook != nil {
 		hidden = hook(f, ids, hidden)
@@ -154,9 +182,9 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 	if rank == 3 {
 		f.Output(CtxPositions, pos)
 	}
-	declared := map[string]fn.Value{}
+	declared, ropes := map[string]fn.Value{}, map[string][2]fn.Value{}
 	for _, v := range extra {
-		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope, inputs: declared}))
+		f.Output(v.Name, v.Compute(&Context{Func: f.Scope(v.Name), PositionIDs: pos, Slots: slots, RoPE: rope, inputs: declared, ropes: ropes}))
 	}
 	return Response(f)
 }
@@ -189,12 +217,12 @@ const finalHidden = "hidden_states_normed"
 // returns them as hidden_states (the norm is per token, so the logits are
 // the same).
 func FinalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
-	return finalPart(domain, name, dt, eps, norm, head, allHidden, 2)
+	return finalPart(domain, name, dt, blocks.Norm{Eps: eps}, norm, head, allHidden, 2)
 }
 
 // finalPart is FinalPart for position_ids of the given rank (with 3, the
-// last valid token is row 0's).
-func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool, rank int) *pb.BuildResponse {
+// last valid token is row 0's), its norm of kind kind.
+func finalPart(domain, name string, dt fn.DType, kind blocks.Norm, norm, head weight.Expr, allHidden bool, rank int) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
 	if rank == 3 {
@@ -203,12 +231,12 @@ func finalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.
 	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")
 	var normed fn.Value
 	if allHidden {
-		all := blocks.RMSNorm(f.Scope("norm"), hidden, normW, eps)
+		all := kind.Apply(f.Scope("norm"), hidden, normW)
 		normed = blocks.LastValidToken(f, all, pos)
 		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
 		f.Output(finalHidden, all)
 	} else {
-		normed = blocks.RMSNorm(f.Scope("norm"), blocks.LastValidToken(f, hidden, pos), normW, eps)
+		normed = kind.Apply(f.Scope("norm"), blocks.LastValidToken(f, hidden, pos), normW)
 		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
 	}
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{

@@ -188,6 +188,27 @@ func (c Config) Ints(key string) ([]int, error) {
 	return out, nil
 }
 
+// Floats is an optional list of numbers (nil when absent).
+func (c Config) Floats(key string) ([]float64, error) {
+	if !c.Has(key) {
+		return nil, nil
+	}
+	list, ok := c.m[key].([]any)
+	if !ok {
+		return nil, c.wrongType(key, "a list of numbers")
+	}
+	out := make([]float64, len(list))
+	for i, v := range list {
+		n, ok := v.(json.Number)
+		x, err := n.Float64()
+		if !ok || err != nil {
+			return nil, c.wrongType(key, "a list of numbers")
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
 // Object is an optional nested object; ok is false when absent or null.
 func (c Config) Object(key string) (sub Config, ok bool, err error) {
 	if !c.Has(key) {

@@ -2,7 +2,8 @@
 
 Writes rope_reference.json next to this file: transformers' (5.24, torch
 float32 on CPU) yarn inv_freq bit patterns, attention factors and cos/sin
-tables for several configs, Qwen3-VL interleaved MRoPE cos/sin for 3-row
+tables for several configs, longrope (Phi-3) short and long tables and the
+per-call switch between them, Qwen3-VL interleaved MRoPE cos/sin for 3-row
 position ids, and gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate) in
 float32 and float16. The Go tests read the JSON; they never run Python.
 
@@ -21,6 +22,7 @@ import transformers
 from transformers import AutoConfig
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, GptOssRotaryEmbedding
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,6 +98,49 @@ def yarn_case(name, d, head_dim, cls):
             "positions": POSITIONS, "cos": floats(cos[0]), "sin": floats(sin[0])}
 
 
+PHI3 = {"model_type": "phi3", "intermediate_size": 64, "num_hidden_layers": 1, "vocab_size": 32}
+
+LONGROPE_CASES = {
+    # Phi-3.5-mini's shape: head_dim 96, no factor (max / original gives the
+    # attention factor), original_max_position_embeddings at the top level.
+    "phi3.5": dict(PHI3, hidden_size=3072, num_attention_heads=32, num_key_value_heads=32,
+                   max_position_embeddings=131072, original_max_position_embeddings=4096,
+                   rope_scaling={"type": "longrope", "short_factor": [1 + 0.02 * i for i in range(48)],
+                                 "long_factor": [1 + 0.5 * i ** 1.3 for i in range(48)]}, rope_theta=10000.0),
+    # Phi-4-mini's shape: partial_rotary_factor 0.75 of head_dim 128,
+    # explicit factor and attention_factor, 5.x rope_parameters form.
+    "phi4-mini partial": dict(PHI3, hidden_size=3072, num_attention_heads=24, num_key_value_heads=8,
+                              max_position_embeddings=131072, original_max_position_embeddings=4096,
+                              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.75, "factor": 32.0, "attention_factor": 1.19,
+                                               "short_factor": [1 + 0.01 * i for i in range(48)],
+                                               "long_factor": [1.5 + 0.7 * i for i in range(48)]}),
+}
+SHORT_POSITIONS = [0, 1, 2, 7, 100, 1000, 4095]  # max + 1 = 4096: the short table
+LONG_POSITIONS = [0, 1, 2, 7, 100, 1000, 4095, 4096, 32767, 131071]  # beyond: the long table
+
+
+def longrope_case(name, d):
+    cfg = load_config(d)
+    rope = Phi3RotaryEmbedding(cfg)
+    dim = 2 * rope.inv_freq.numel()
+    theta = cfg.rope_parameters["rope_theta"]
+    pos_freqs = theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)
+    out = {"name": name, "config": {k: v for k, v in d.items() if k != "model_type"},
+           "head_dim": d["hidden_size"] // d["num_attention_heads"], "pos_freqs_bits": bits(pos_freqs),
+           "attention_factor": rope.attention_scaling}
+    # One call each, short then long then short again: transformers switches
+    # the table per forward from max(position_ids) + 1.
+    for label, positions in (("short", SHORT_POSITIONS), ("long", LONG_POSITIONS)):
+        x = torch.zeros(1, len(positions), dim)
+        cos, sin = rope(x, torch.tensor([positions]))
+        out[label] = {"positions": positions, "inv_freq_bits": bits(rope.inv_freq), "cos": floats(cos[0]),
+                      "sin": floats(sin[0])}
+    rope(torch.zeros(1, len(SHORT_POSITIONS), dim), torch.tensor([SHORT_POSITIONS]))
+    assert bits(rope.inv_freq) == out["short"]["inv_freq_bits"], "the short table is not restored"
+    return out
+
+
 def mrope():
     text = {"head_dim": 128, "hidden_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4,
             "max_position_embeddings": 262144, "rope_theta": 5000000,
@@ -137,7 +182,8 @@ def swiglu():
 def main():
     torch.set_default_dtype(torch.float32)
     ref = {"transformers": transformers.__version__, "torch": torch.__version__,
-           "yarn": [yarn_case(n, *c) for n, c in YARN_CASES.items()], "mrope": mrope(), "swiglu": swiglu()}
+           "yarn": [yarn_case(n, *c) for n, c in YARN_CASES.items()],
+           "longrope": [longrope_case(n, d) for n, d in LONGROPE_CASES.items()], "mrope": mrope(), "swiglu": swiglu()}
     with open(os.path.join(HERE, "rope_reference.json"), "w") as f:
         json.dump(ref, f, separators=(",", ":"))
         f.write("\n")

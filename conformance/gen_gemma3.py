@@ -1,0 +1,52 @@
+"""Gemma-3 fixtures (plugins/gemma3), registered in generate.py.
+
+Tiny random Gemma3ForCausalLM (model_type gemma3_text) checkpoints saved by
+transformers:
+
+- gemma3-f32-sliding: 4 layers, layer_types sliding, sliding, full, sliding
+  with sliding_window 4, shorter than the prompts (7 and 4), so the prefill
+  and the decode steps cross it; the sliding layers turn at the local RoPE
+  base (1e4), the full layer at rope_theta (1e6); GQA 2, head_dim 24 (hidden /
+  heads is 16), query_pre_attn_scalar 20 (not head_dim), attention_bias.
+- gemma3-bf16-scaled: 3 layers, linear rope scaling (factor 8) on the full
+  layers only, 8 heads over 2 KV heads, head_dim 16, query_pre_attn_scalar
+  32, sliding_window 3.
+
+Gemma's RMSNorms weigh by 1 + w and start at w = 0; every norm weight
+(input, post-attention, pre-/post-feedforward, q/k, final) is randomised
+around 0, so a norm taken as w, or missing, shows in the logits. The
+embeddings are tied (Gemma3TextConfig's default).
+"""
+
+import torch
+
+GEMMA3_SPEC = {
+    # name: (config overrides on generate.BASE, dtype, options); explicit seeds.
+    "gemma3-f32-sliding": (dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=24, query_pre_attn_scalar=20,
+                                attention_bias=True, sliding_window=4,
+                                layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                             "sliding_attention"]), "float32", {"seed": 8001}),
+    "gemma3-bf16-scaled": (dict(num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                                query_pre_attn_scalar=32, sliding_window=3,
+                                layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                rope_parameters=dict(
+                                    full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1000000.0),
+                                    sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
+                           "bfloat16", {"seed": 8002}),
+}
+
+
+def make_model(overrides, seed, base):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(**{**base, **overrides})
+    cfg.architectures = ["Gemma3ForCausalLM"]
+    model = Gemma3ForCausalLM(cfg).eval()
+    with torch.no_grad():  # norm weights start at 0 (the norm weighs by 1 + w), biases at 0
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.uniform_(-0.5, 0.5)
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.2)
+    return model

@@ -1,0 +1,237 @@
+// Command strata-plugin-gemma3 exports Gemma-3 text checkpoints (model_type
+// gemma3_text, Gemma3ForCausalLM) as transformers' modeling_gemma3.py
+// computes them: RMSNorms weighing by 1 + w in float32 before and after
+// both sublayers and on the per-head queries and keys, a GeGLU MLP (tanh
+// GELU), embeddings scaled by √hidden_size, attention scaled by
+// query_pre_attn_scalar^-½, and layer_types' sliding_attention layers
+// masked to sliding_window and turning at the local RoPE base while the
+// full_attention layers turn at rope_theta (with its scaling).
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/decoder"
+	"github.com/strata-llm/strata/sdk/hf"
+)
+
+func main() { sdk.Serve(plugin) }
+
+const (
+	kindSliding, kindFull = "sliding", "full"
+	ctxSlidingMask        = "sliding_mask"
+	localRoPE             = "rope_local" // the sliding layers' tables
+)
+
+var plugin = decoder.Plugin{Name: "gemma3", Version: "0.1.0", Architectures: []decoder.Architecture{{
+	ModelType: "gemma3_text", HFArchitectures: []string{"Gemma3ForCausalLM"}, Name: "Gemma3", Load: load,
+}}}
+
+// load applies Gemma3TextConfig's defaults, refuses what Gemma-3's math
+// does not have, and declares the sliding and full layer kinds.
+func load(m *decoder.Model) error {
+	if err := defaults(m); err != nil {
+		return err
+	}
+	if err := refuse(m); err != nil {
+		return err
+	}
+	sliding, err := layerTypes(m)
+	if err != nil {
+		return err
+	}
+	full, local, err := ropes(m)
+	if err != nil {
+		return err
+	}
+	scalar := m.FloatOr("query_pre_attn_scalar", 256)
+	bias := m.BoolOr("attention_bias", false)
+	if m.Err != nil {
+		return m.Err
+	}
+	if !(scalar > 0) || math.IsInf(scalar, 0) {
+		return fmt.Errorf("config.json: query_pre_attn_scalar must be a finite number > 0, got %g", scalar)
+	}
+	m.RoPE, m.NormOnePlus, m.EmbedScale = full, true, math.Sqrt(float64(m.Hidden))
+	m.KindOf = func(i int) string {
+		if sliding[i] {
+			return kindSliding
+		}
+		return kindFull
+	}
+	body := func(mask, rope string) func(l *decoder.Layer) error {
+		return func(l *decoder.Layer) error {
+			attention := &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true, Scaling: math.Pow(scalar, -0.5), Mask: mask, RoPE: rope}
+			return l.Residual(attention, decoder.Norms{Pre: "input_layernorm", Post: "post_attention_layernorm"},
+				&decoder.SwiGLU{Width: m.Intermediate, Act: blocks.ActGELUTanh},
+				decoder.Norms{Pre: "pre_feedforward_layernorm", Post: "post_feedforward_layernorm"})
+		}
+	}
+	m.Kind(kindFull, "Gemma3DecoderLayer", body("", ""))
+	if slices.Contains(sliding, true) {
+		if slices.Contains(m.Config.Keys(), "sliding_window") && !m.Config.Has("sliding_window") {
+			return fmt.Errorf("config.json: sliding_window is null, but layer_types names sliding_attention layers")
+		}
+		window := m.IntOr("sliding_window", 4096)
+		if m.Err != nil {
+			return m.Err
+		}
+		if window < 1 {
+			return fmt.Errorf("config.json: sliding_window must be positive, got %d", window)
+		}
+		m.AddContext(decoder.SlidingWindow(ctxSlidingMask, window))
+		m.AddRoPE(localRoPE, local)
+		m.Kind(kindSliding, "Gemma3SlidingDecoderLayer", body(ctxSlidingMask, localRoPE))
+		m.Note("sliding_attention layers keep a ctx_len KV cache like the others, masked to the last %d positions", window)
+	}
+	return m.Err
+}
+
+// defaults applies Gemma3TextConfig's defaults where they differ from the
+// common decoder's: head_dim 256 and num_key_value_heads 4 (not derived
+// from the heads), tied embeddings.
+func defaults(m *decoder.Model) error {
+	if !m.Config.Has("head_dim") {
+		m.HeadDim = 256
+	}
+	if !m.Config.Has("num_key_value_heads") {
+		if m.KVHeads = 4; m.Heads%m.KVHeads != 0 {
+			return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: Gemma3TextConfig's default 4)", m.Heads)
+		}
+	}
+	m.Tied = m.BoolOr("tie_word_embeddings", true)
+	return m.Err
+}
+
+// refuse refuses, by name, config fields that change the math in ways
+// the plugin does not compute.
+func refuse(m *decoder.Model) error {
+	if act := m.StringOr("hidden_activation", string(blocks.ActGELUTanh)); m.Err == nil && act != string(blocks.ActGELUTanh) {
+		return fmt.Errorf("config.json: hidden_activation %q is not supported by the gemma3 plugin (only gelu_pytorch_tanh)", act)
+	}
+	for _, field := range []string{"attn_logit_softcapping", "final_logit_softcapping"} {
+		if m.Config.Has(field) {
+			return fmt.Errorf("config.json: %s is not supported by the gemma3 plugin (Gemma-3 has it null; tanh softcapping is not implemented)", field)
+		}
+	}
+	if m.BoolOr("use_bidirectional_attention", false) {
+		return fmt.Errorf("config.json: use_bidirectional_attention is not supported by the gemma3 plugin (the export is causal)")
+	}
+	if m.Config.Has("partial_rotary_factor") {
+		return fmt.Errorf("config.json: partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head")
+	}
+	return m.Err
+}
+
+// layerTypes reads layer_types, or, absent, Gemma3TextConfig's default:
+// layer i slides unless (i+1) is a multiple of sliding_window_pattern (6).
+func layerTypes(m *decoder.Model) ([]bool, error) {
+	types := m.Strings("layer_types")
+	pattern := m.IntOr("sliding_window_pattern", 6)
+	if m.Err != nil {
+		return nil, m.Err
+	}
+	sliding := make([]bool, m.Layers)
+	if types == nil {
+		if pattern < 1 {
+			return nil, fmt.Errorf("config.json: sliding_window_pattern must be positive, got %d", pattern)
+		}
+		for i := range sliding {
+			sliding[i] = (i+1)%pattern != 0
+		}
+		return sliding, nil
+	}
+	if len(types) != m.Layers {
+		return nil, fmt.Errorf("config.json: layer_types has %d entries; num_hidden_layers is %d", len(types), m.Layers)
+	}
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			sliding[i] = true
+		case "full_attention":
+		default:
+			return nil, fmt.Errorf("config.json: layer_types[%d] is %q; Gemma-3 layers are sliding_attention or full_attention", i, t)
+		}
+	}
+	return sliding, nil
+}
+
+// ropes reads the full layers' RoPE and the sliding layers' from either
+// form transformers reads: rope_parameters.{full_attention,
+// sliding_attention} (what transformers 5 saves), or rope_theta (default
+// 1e6) with rope_scaling for the full layers and rope_local_base_freq
+// (default 1e4) for the sliding ones (the Hub's configs).
+func ropes(m *decoder.Model) (full, local blocks.RoPE, err error) {
+	theta, localTheta := m.FloatOr("rope_theta", 1e6), m.FloatOr("rope_local_base_freq", 1e4)
+	params, nested := m.Object("rope_parameters")
+	if m.Err != nil {
+		return full, local, m.Err
+	}
+	var fullCfg, localCfg hf.Config
+	fullName, localName := "rope_scaling", ""
+	hasFull, hasLocal := false, false
+	if nested {
+		if !params.Has("full_attention") && !params.Has("sliding_attention") {
+			return full, local, fmt.Errorf("config.json: rope_parameters must hold full_attention and sliding_attention objects (Gemma-3's per-layer-type RoPE)")
+		}
+		fullName, localName = "rope_parameters.full_attention", "rope_parameters.sliding_attention"
+		if fullCfg, hasFull, err = params.Object("full_attention"); err != nil {
+			return full, local, err
+		}
+		if localCfg, hasLocal, err = params.Object("sliding_attention"); err != nil {
+			return full, local, err
+		}
+	} else if fullCfg, hasFull = m.Object("rope_scaling"); m.Err != nil {
+		return full, local, m.Err
+	}
+	if full, err = rope(m, fullCfg, hasFull, fullName, theta, "rope_theta"); err != nil {
+		return full, local, err
+	}
+	local, err = rope(m, localCfg, hasLocal, localName, localTheta, "rope_local_base_freq")
+	return full, local, err
+}
+
+// rope is the RoPE of one layer type: c (named name, if present) gives
+// rope_type (default or linear), rope_theta (else theta, read from the
+// field where) and the linear factor.
+func rope(m *decoder.Model, c hf.Config, present bool, name string, theta float64, where string) (blocks.RoPE, error) {
+	r := blocks.RoPE{Type: "default", Base: theta, Dim: m.HeadDim, AttentionScaling: 1}
+	if present {
+		typ, err := c.StringOr("rope_type", "")
+		if err == nil && typ == "" {
+			typ, err = c.StringOr("type", "default")
+		}
+		if err != nil {
+			return r, err
+		}
+		if c.Has("rope_theta") {
+			where = name + ".rope_theta"
+		}
+		if r.Base, err = c.FloatOr("rope_theta", theta); err != nil {
+			return r, err
+		}
+		if c.Has("partial_rotary_factor") {
+			return r, fmt.Errorf("config.json: %s.partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head", name)
+		}
+		switch r.Type = typ; typ {
+		case "default":
+		case "linear":
+			if r.Factor, err = c.Float("factor"); err != nil {
+				return r, err
+			}
+			if !(r.Factor > 0) || math.IsInf(r.Factor, 0) {
+				return r, fmt.Errorf("config.json: %s.factor must be a finite number > 0, got %g", name, r.Factor)
+			}
+		default:
+			return r, fmt.Errorf("config.json: %s: rope type %q is not supported by the gemma3 plugin (supported: default, linear)", name, typ)
+		}
+	}
+	if !(r.Base > 0) || math.IsInf(r.Base, 0) {
+		return r, fmt.Errorf("config.json: %s must be a finite number > 0, got %g", where, r.Base)
+	}
+	return r, nil
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
+	"github.com/strata-llm/strata/sdk/plugintest"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"github.com/strata-llm/strata/sdk/refeval"
+)
+
+// tinyConfig is shaped like transformers 5's save of a Gemma3TextConfig:
+// per-layer-type rope_parameters, layer_types written out.
+const tinyConfig = `{"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 64,
+	"intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+	"head_dim": 16, "vocab_size": 128, "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh",
+	"attention_bias": false, "query_pre_attn_scalar": 256, "sliding_window": 4, "max_position_embeddings": 128,
+	"tie_word_embeddings": true, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+	"use_bidirectional_attention": false,
+	"layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+	"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+		"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}`
+
+func TestRefusals(t *testing.T) {
+	cases := map[string]struct {
+		edit func(map[string]any)
+		want string
+	}{
+		"silu":              {func(m map[string]any) { m["hidden_activation"] = "silu" }, `hidden_activation "silu" is not supported by the gemma3 plugin`},
+		"attn softcapping":  {func(m map[string]any) { m["attn_logit_softcapping"] = 50.0 }, "attn_logit_softcapping is not supported by the gemma3 plugin"},
+		"final softcapping": {func(m map[string]any) { m["final_logit_softcapping"] = 30.0 }, "final_logit_softcapping is not supported by the gemma3 plugin"},
+		"bidirectional":     {func(m map[string]any) { m["use_bidirectional_attention"] = true }, "use_bidirectional_attention is not supported"},
+		"partial rotary":    {func(m map[string]any) { m["partial_rotary_factor"] = 0.5 }, "partial_rotary_factor is not supported by the gemma3 plugin"},
+		"unknown layer type": {func(m map[string]any) {
+			m["layer_types"] = []string{"sliding_attention", "chunked_attention", "full_attention"}
+		}, `layer_types[1] is "chunked_attention"`},
+		"layer_types length": {func(m map[string]any) { m["layer_types"] = []string{"full_attention"} }, "layer_types has 1 entries; num_hidden_layers is 3"},
+		"null window":        {func(m map[string]any) { m["sliding_window"] = nil }, "sliding_window is null, but layer_types names sliding_attention layers"},
+		"zero window":        {func(m map[string]any) { m["sliding_window"] = 0 }, "sliding_window must be positive, got 0"},
+		"query scalar":       {func(m map[string]any) { m["query_pre_attn_scalar"] = 0 }, "query_pre_attn_scalar must be a finite number > 0"},
+		"yarn": {func(m map[string]any) {
+			m["rope_parameters"].(map[string]any)["full_attention"] = map[string]any{"rope_type": "yarn", "factor": 8.0}
+		}, `rope_parameters.full_attention: rope type "yarn" is not supported by the gemma3 plugin (supported: default, linear)`},
+		"flat rope_parameters": {func(m map[string]any) {
+			m["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 10000.0}
+		},
+			"rope_parameters must hold full_attention and sliding_attention objects"},
+		"bad local base": {func(m map[string]any) { delete(m, "rope_parameters"); m["rope_local_base_freq"] = -1.0 }, "rope_local_base_freq must be a finite number > 0"},
+		"default kv heads": {func(m map[string]any) { delete(m, "num_key_value_heads"); m["num_attention_heads"] = 6 },
+			"num_attention_heads (6) must be a multiple of num_key_value_heads (absent: Gemma3TextConfig's default 4)"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			model := plugintest.Edited(t, plugin, tinyConfig, nil, "F32")
+			model.ConfigJson = plugintest.Config(t, tinyConfig, tc.edit)
+			if ok, reasons := plugintest.Check(t, plugin, model); ok || !strings.Contains(reasons, tc.want) {
+				t.Errorf("supported=%v reasons=%q, want %q", ok, reasons, tc.want)
+			}
+		})
+	}
+}
+
+// layer_types picks each layer's kind; absent, Gemma3TextConfig's default
+// pattern (every sliding_window_pattern-th layer full, 6 when absent).
+func TestLayerKinds(t *testing.T) {
+	cases := map[string]struct {
+		edit func(map[string]any)
+		want []string
+	}{
+		"layer_types": {nil, []string{kindSliding, kindFull, kindSliding}},
+		"default pattern": {func(m map[string]any) { delete(m, "layer_types"); m["num_hidden_layers"] = 7 },
+			[]string{kindSliding, kindSliding, kindSliding, kindSliding, kindSliding, kindFull, kindSliding}},
+		"pattern 2": {func(m map[string]any) { delete(m, "layer_types"); m["sliding_window_pattern"] = 2 },
+			[]string{kindSliding, kindFull, kindSliding}},
+		"all full": {func(m map[string]any) {
+			m["layer_types"] = []string{"full_attention", "full_attention", "full_attention"}
+		},
+			[]string{kindFull, kindFull, kindFull}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			model := plugintest.Edited(t, plugin, tinyConfig, tc.edit, "F32")
+			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range plan.GetLayers() {
+				got = append(got, l.GetKind())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("kinds %v, want %v", got, tc.want)
+			}
+			sliding := slices.Contains(tc.want, kindSliding)
+			if ctx := plan.GetContextOutputs(); slices.Contains(ctx, ctxSlidingMask) != sliding || slices.Contains(ctx, localRoPE+"_cos") != sliding {
+				t.Errorf("context outputs %v (sliding layers: %v)", ctx, sliding)
+			}
+		})
+	}
+}
+
+// Each layer binds four norms and the q/k norms [head_dim]; the sliding
+// layers read the sliding mask and the local tables, the full ones the
+// model's; the head is the embedding (tied by default).
+func TestBuildBindsEveryWeight(t *testing.T) {
+	model := plugintest.Edited(t, plugin, tinyConfig, func(m map[string]any) { delete(m, "tie_word_embeddings") }, "F32")
+	parts := plugintest.RequireBound(t, plugin, model,
+		&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
+		&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindSliding, Layers: []int32{0, 2}},
+		&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindFull, Layers: []int32{1}},
+		&pb.BuildRequest{Part: sdk.PartFinal})
+	for _, name := range []string{"input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+		"post_feedforward_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"} {
+		if got := parts[2][2][name]; !slices.Equal(got, []string{"model.layers.2." + name}) {
+			t.Errorf("layer 2 %s bound to %v", name, got)
+		}
+		if got := parts[3][1][name]; !slices.Equal(got, []string{"model.layers.1." + name}) {
+			t.Errorf("layer 1 %s bound to %v", name, got)
+		}
+	}
+	if got := parts[4][sdk.NonLayer]["lm_head.weight"]; !slices.Equal(got, []string{"model.embed_tokens.weight"}) {
+		t.Errorf("head bound to %v, want the tied embedding", got)
+	}
+	inputs := func(kind string, layer int32) []string {
+		resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartLayer, Kind: kind, Layers: []int32{layer}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetFunction().GetInput()
+	}
+	if in := inputs(kindSliding, 0); !slices.Contains(in, ctxSlidingMask) || !slices.Contains(in, localRoPE+"_cos") {
+		t.Errorf("sliding layer inputs %v", in)
+	}
+	if in := inputs(kindFull, 1); slices.Contains(in, ctxSlidingMask) || slices.Contains(in, localRoPE+"_cos") {
+		t.Errorf("full layer inputs %v", in)
+	}
+	want, err := plugin.ExpectedTensors(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range want {
+		if e.Key == "model.layers.0.self_attn.q_norm.weight" && !slices.Equal(e.Shape, []int64{16}) {
+			t.Errorf("q_norm shape %v, want [head_dim]", e.Shape)
+		}
+	}
+}
+
+// The Hub's config form (rope_theta, rope_scaling, rope_local_base_freq)
+// gives the tables of transformers 5's per-layer-type rope_parameters; the
+// full layers' (the model's cos) are linear-scaled, the sliding layers'
+// turn at the local base.
+func TestRoPEForms(t *testing.T) {
+	legacy := func(m map[string]any) {
+		delete(m, "rope_parameters")
+		m["rope_theta"], m["rope_local_base_freq"] = 1000000.0, 10000.0
+		m["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": 8.0}
+	}
+	tables := func(edit func(map[string]any)) map[string]refeval.Tensor {
+		model := plugintest.Edited(t, plugin, tinyConfig, edit, "F32")
+		resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartContext})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := refeval.Run(resp.GetFunction(), resp.GetDependencies(), map[string]refeval.Tensor{
+			sdk.PositionIDs: refeval.Ints([]int64{1, 1}, 5), decoder.PastKey: refeval.Floats([]int64{1, 2, 8, 16}, make([]float32, 256)...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	nested, old := tables(nil), tables(legacy)
+	for name, base := range map[string]float64{decoder.CtxCos: 1e6, localRoPE + "_cos": 1e4} {
+		scale := 1.0
+		if name == decoder.CtxCos {
+			scale = 8
+		}
+		for j, got := range nested[name].F {
+			want := math.Cos(5 * math.Pow(base, -float64(2*(j%8))/16) / scale)
+			if math.Abs(float64(got)-want) > 1e-5 {
+				t.Errorf("%s[%d] = %g, want %g", name, j, got, want)
+			}
+		}
+		if !slices.Equal(nested[name].F, old[name].F) {
+			t.Errorf("%s: the legacy config form gives %v, rope_parameters %v", name, old[name].F, nested[name].F)
+		}
+	}
+}
+
+// The embedding is scaled by √hidden_size, and the head_dim and KV heads
+// default to Gemma3TextConfig's (256, 4) when absent. (The attention's
+// query_pre_attn_scalar^-½ shows in the fixtures: 20 and 32, not head_dim.)
+func TestScalesAndDefaults(t *testing.T) {
+	model := plugintest.Edited(t, plugin, tinyConfig, nil, "F32")
+	resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartEmbed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := refeval.Run(resp.GetFunction(), resp.GetDependencies(), map[string]refeval.Tensor{
+		sdk.InputIDs: refeval.Ints([]int64{1, 1}, 1), "embed_tokens.weight": refeval.Floats([]int64{128, 64}, slices.Repeat([]float32{1}, 128*64)...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[sdk.HiddenStates].F[0]; got != 8 {
+		t.Errorf("embedding scaled by %g, want √64 = 8", got)
+	}
+	model = plugintest.Edited(t, plugin, tinyConfig, func(m map[string]any) {
+		delete(m, "head_dim")
+		delete(m, "num_key_value_heads")
+	}, "F32")
+	want, err := plugin.ExpectedTensors(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range want {
+		if e.Key == "model.layers.0.self_attn.k_proj.weight" && !slices.Equal(e.Shape, []int64{4 * 256, 64}) {
+			t.Errorf("k_proj shape %v, want [4 KV heads × head_dim 256, 64]", e.Shape)
+		}
+	}
+}
