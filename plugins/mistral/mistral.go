@@ -14,9 +14,6 @@ import (
 
 func main() { sdk.Serve(plugin) }
 
-// ctxSlidingMask is the context value of the sliding-window mask.
-const ctxSlidingMask = "sliding_mask"
-
 var plugin = decoder.Plugin{Name: "mistral", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "mistral", HFArchitectures: []string{"MistralForCausalLM"}, Name: "Mistral", Load: load,
 }}}
@@ -39,8 +36,9 @@ func load(m *decoder.Model) error {
 	}
 	mask := ""
 	if window > 0 {
-		m.AddContext(decoder.SlidingWindow(ctxSlidingMask, window))
-		mask = ctxSlidingMask
+		if mask, err = decoder.EverySliding(m, window); err != nil {
+			return err
+		}
 	}
 	m.Kind("decoder", "MistralDecoderLayer", func(l *decoder.Layer) error {
 		return l.PreNorm(&decoder.Attention{Mask: mask}, &decoder.SwiGLU{Width: m.Intermediate})
@@ -58,20 +56,16 @@ func present(m *decoder.Model, key string) bool { return slices.Contains(m.Confi
 func slidingWindow(m *decoder.Model) (int, error) {
 	switch {
 	case !present(m, "sliding_window"):
-		m.Note("sliding_window is absent: MistralConfig's default 4096 applies; every layer keeps a ctx_len KV cache masked to the last 4096 positions")
+		m.Note("sliding_window is absent: MistralConfig's default 4096 applies")
 		return 4096, nil
 	case !m.Config.Has("sliding_window"):
 		return 0, nil
 	}
 	window := m.Int("sliding_window")
-	if m.Err != nil {
-		return 0, m.Err
-	}
-	if window < 1 {
+	if m.Err == nil && window < 1 {
 		return 0, fmt.Errorf("config.json: sliding_window must be positive (or null for full attention), got %d", window)
 	}
-	m.Note("every layer keeps a ctx_len KV cache masked to the last %d positions (sliding_window)", window)
-	return window, nil
+	return window, m.Err
 }
 
 // kvHeads applies MistralConfig's num_key_value_heads default: 8 when

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -82,12 +83,12 @@ func TestSlidingWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sliding := slices.Contains(plan.GetContextOutputs(), ctxSlidingMask)
+			sliding := slices.Contains(plan.GetContextOutputs(), decoder.SlidingMask)
 			layer, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0, 1}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			reads := slices.Contains(layer.GetFunction().GetInput(), ctxSlidingMask)
+			reads := slices.Contains(layer.GetFunction().GetInput(), decoder.SlidingMask)
 			if want := tc.window != ""; sliding != want || reads != want {
 				t.Errorf("context value %v, layer input %v; want sliding %v", sliding, reads, want)
 			}

@@ -17,9 +17,6 @@ import (
 
 func main() { sdk.Serve(plugin) }
 
-// ctxSlidingMask is the context value of the sliding-window mask.
-const ctxSlidingMask = "sliding_mask"
-
 var plugin = decoder.Plugin{Name: "phi3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "phi3", HFArchitectures: []string{"Phi3ForCausalLM"}, Name: "Phi3", Load: load,
 }}}
@@ -37,17 +34,15 @@ func load(m *decoder.Model) error {
 		return err
 	}
 	mask := ""
-	if m.Config.Has("sliding_window") {
+	if m.Config.Has("sliding_window") { // null: full attention
 		window := m.Int("sliding_window")
 		if m.Err != nil {
 			return m.Err
 		}
-		if window < 1 {
-			return fmt.Errorf("config.json: sliding_window must be positive (or null for full attention), got %d", window)
+		var err error
+		if mask, err = decoder.EverySliding(m, window); err != nil {
+			return err
 		}
-		m.Note("every layer keeps a ctx_len KV cache masked to the last %d positions (sliding_window)", window)
-		m.AddContext(decoder.SlidingWindow(ctxSlidingMask, window))
-		mask = ctxSlidingMask
 	}
 	m.Kind("decoder", "Phi3DecoderLayer", func(l *decoder.Layer) error {
 		return l.PreNorm(&decoder.Attention{FusedQKV: "self_attn.qkv_proj", Mask: mask},

@@ -1,6 +1,8 @@
 package decoder
 
 import (
+	"fmt"
+
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/dtype"
@@ -73,6 +75,21 @@ func SlidingWindow(name string, window int) ContextValue {
 	return ContextValue{Name: name, Compute: func(c *Context) fn.Value {
 		return blocks.SlidingWindowMask(c.Func, c.PositionIDs, c.Slots, window)
 	}}
+}
+
+// SlidingMask is the context value name of EverySliding's mask.
+const SlidingMask = "sliding_mask"
+
+// EverySliding masks every layer of m to the last window positions (Mistral,
+// Phi-3): it refuses a window below 1, says what the cache keeps, and
+// returns the mask's context value name for Attention.Mask.
+func EverySliding(m *Model, window int) (string, error) {
+	if window < 1 {
+		return "", fmt.Errorf("config.json: sliding_window must be positive (or null for full attention), got %d", window)
+	}
+	m.Note("every layer keeps a ctx_len KV cache masked to the last %d positions (sliding_window)", window)
+	m.AddContext(SlidingWindow(SlidingMask, window))
+	return SlidingMask, nil
 }
 
 // ropeCos and ropeSin name the context values of the tables of a RoPE the
