@@ -11,6 +11,11 @@ transformers:
 - gemma3-bf16-scaled: 3 layers, linear rope scaling (factor 8) on the full
   layers only, 8 heads over 2 KV heads, head_dim 16, query_pre_attn_scalar
   32, sliding_window 3.
+- gemma3-f32-softcap: 2 layers (sliding, full; sliding_window 4) with
+  final_logit_softcapping 3.0, small enough that the capped logits differ
+  from the raw ones well past the tolerance, and attn_logit_softcapping 5.0,
+  which transformers' Gemma-3 attention ignores (it never passes softcap
+  on), so the export must ignore it too.
 
 Gemma's RMSNorms weigh by 1 + w and start at w = 0; every norm weight
 (input, post-attention, pre-/post-feedforward, q/k, final) is randomised
@@ -33,6 +38,10 @@ GEMMA3_SPEC = {
                                     full_attention=dict(rope_type="linear", factor=8.0, rope_theta=1000000.0),
                                     sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
                            "bfloat16", {"seed": 8002}),
+    "gemma3-f32-softcap": (dict(num_hidden_layers=2, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                                sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                                attn_logit_softcapping=5.0, final_logit_softcapping=3.0),
+                           "float32", {"seed": 8003}),
 }
 
 

@@ -3,9 +3,10 @@
 // computes them: RMSNorms weighing by 1 + w in float32 before and after
 // both sublayers and on the per-head queries and keys, a GeGLU MLP (tanh
 // GELU), embeddings scaled by √hidden_size, attention scaled by
-// query_pre_attn_scalar^-½, and layer_types' sliding_attention layers
+// query_pre_attn_scalar^-½, layer_types' sliding_attention layers
 // masked to sliding_window and turning at the local RoPE base while the
-// full_attention layers turn at rope_theta (with its scaling).
+// full_attention layers turn at rope_theta (with its scaling), and the
+// logits soft-capped by final_logit_softcapping when set.
 package main
 
 import (
@@ -55,6 +56,9 @@ func load(m *decoder.Model) error {
 	}
 	if !(scalar > 0) || math.IsInf(scalar, 0) {
 		return fmt.Errorf("config.json: query_pre_attn_scalar must be a finite number > 0, got %g", scalar)
+	}
+	if err := softCaps(m); err != nil {
+		return err
 	}
 	m.RoPE, m.NormOnePlus, m.EmbedScale = full, true, math.Sqrt(float64(m.Hidden))
 	m.KindOf = func(i int) string {
@@ -113,11 +117,6 @@ func refuse(m *decoder.Model) error {
 	if act := m.StringOr("hidden_activation", string(blocks.ActGELUTanh)); m.Err == nil && act != string(blocks.ActGELUTanh) {
 		return fmt.Errorf("config.json: hidden_activation %q is not supported by the gemma3 plugin (only gelu_pytorch_tanh)", act)
 	}
-	for _, field := range []string{"attn_logit_softcapping", "final_logit_softcapping"} {
-		if m.Config.Has(field) {
-			return fmt.Errorf("config.json: %s is not supported by the gemma3 plugin (Gemma-3 has it null; tanh softcapping is not implemented)", field)
-		}
-	}
 	if m.BoolOr("use_bidirectional_attention", false) {
 		return fmt.Errorf("config.json: use_bidirectional_attention is not supported by the gemma3 plugin (the export is causal)")
 	}
@@ -125,6 +124,32 @@ func refuse(m *decoder.Model) error {
 		return fmt.Errorf("config.json: partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head")
 	}
 	return m.Err
+}
+
+// softCaps reads the soft-caps (null, Gemma-3's default, for none):
+// final_logit_softcapping caps the logits as Gemma3ForCausalLM does;
+// attn_logit_softcapping is checked but, as in transformers' Gemma-3 (its
+// attention never passes it on, in any attention implementation), not
+// applied.
+func softCaps(m *decoder.Model) error {
+	for _, field := range []string{"attn_logit_softcapping", "final_logit_softcapping"} {
+		if !m.Config.Has(field) {
+			continue
+		}
+		c := m.Float(field)
+		if m.Err != nil {
+			return m.Err
+		}
+		if !(c > 0) || math.IsInf(c, 0) {
+			return fmt.Errorf("config.json: %s must be a finite number > 0 (or null), got %g", field, c)
+		}
+		if field == "final_logit_softcapping" {
+			m.FinalSoftCap = c
+		} else {
+			m.Note("attn_logit_softcapping %g is not applied: transformers' Gemma-3 attention ignores it", c)
+		}
+	}
+	return nil
 }
 
 // layerTypes reads layer_types, or, absent, Gemma3TextConfig's default:

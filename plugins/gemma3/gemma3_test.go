@@ -12,6 +12,7 @@ import (
 	"github.com/strata-llm/strata/sdk/plugintest"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/refeval"
+	"google.golang.org/protobuf/proto"
 )
 
 // tinyConfig is shaped like transformers 5's save of a Gemma3TextConfig:
@@ -31,11 +32,12 @@ func TestRefusals(t *testing.T) {
 		edit func(map[string]any)
 		want string
 	}{
-		"silu":              {func(m map[string]any) { m["hidden_activation"] = "silu" }, `hidden_activation "silu" is not supported by the gemma3 plugin`},
-		"attn softcapping":  {func(m map[string]any) { m["attn_logit_softcapping"] = 50.0 }, "attn_logit_softcapping is not supported by the gemma3 plugin"},
-		"final softcapping": {func(m map[string]any) { m["final_logit_softcapping"] = 30.0 }, "final_logit_softcapping is not supported by the gemma3 plugin"},
-		"bidirectional":     {func(m map[string]any) { m["use_bidirectional_attention"] = true }, "use_bidirectional_attention is not supported"},
-		"partial rotary":    {func(m map[string]any) { m["partial_rotary_factor"] = 0.5 }, "partial_rotary_factor is not supported by the gemma3 plugin"},
+		"silu":                     {func(m map[string]any) { m["hidden_activation"] = "silu" }, `hidden_activation "silu" is not supported by the gemma3 plugin`},
+		"attn softcapping 0":       {func(m map[string]any) { m["attn_logit_softcapping"] = 0.0 }, "attn_logit_softcapping must be a finite number > 0 (or null), got 0"},
+		"final softcapping <0":     {func(m map[string]any) { m["final_logit_softcapping"] = -30.0 }, "final_logit_softcapping must be a finite number > 0 (or null), got -30"},
+		"final softcapping string": {func(m map[string]any) { m["final_logit_softcapping"] = "30" }, "final_logit_softcapping"},
+		"bidirectional":            {func(m map[string]any) { m["use_bidirectional_attention"] = true }, "use_bidirectional_attention is not supported"},
+		"partial rotary":           {func(m map[string]any) { m["partial_rotary_factor"] = 0.5 }, "partial_rotary_factor is not supported by the gemma3 plugin"},
 		"unknown layer type": {func(m map[string]any) {
 			m["layer_types"] = []string{"sliding_attention", "chunked_attention", "full_attention"}
 		}, `layer_types[1] is "chunked_attention"`},
@@ -219,6 +221,66 @@ func TestScalesAndDefaults(t *testing.T) {
 	for _, e := range want {
 		if e.Key == "model.layers.0.self_attn.k_proj.weight" && !slices.Equal(e.Shape, []int64{4 * 256, 64}) {
 			t.Errorf("k_proj shape %v, want [4 KV heads × head_dim 256, 64]", e.Shape)
+		}
+	}
+}
+
+// final_logit_softcapping caps the final part's logits at cap·tanh(raw/cap);
+// attn_logit_softcapping leaves every graph as it is, as transformers'
+// Gemma-3 attention ignores it (the conformance fixture gemma3-f32-softcap
+// sets both).
+func TestSoftCaps(t *testing.T) {
+	const limit = 0.5
+	build := func(edit func(map[string]any), req *pb.BuildRequest) *pb.BuildResponse {
+		req.Model = plugintest.Edited(t, plugin, tinyConfig, edit, "F32")
+		resp, err := plugin.Build(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	const H, V = 64, 128
+	hidden, head := make([]float32, 2*H), make([]float32, V*H)
+	for i := range hidden {
+		hidden[i] = float32(i%9) - 4
+	}
+	for i := range head {
+		head[i] = float32(i%7)/3 - 1
+	}
+	logits := func(edit func(map[string]any)) []float32 {
+		resp := build(edit, &pb.BuildRequest{Part: sdk.PartFinal})
+		out, err := refeval.Run(resp.GetFunction(), resp.GetDependencies(), map[string]refeval.Tensor{
+			sdk.HiddenStates: refeval.Floats([]int64{1, 2, H}, hidden...), sdk.PositionIDs: refeval.Ints([]int64{1, 2}, 0, 1),
+			"norm.weight": refeval.Floats([]int64{H}, make([]float32, H)...), "lm_head.weight": refeval.Floats([]int64{V, H}, head...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[sdk.Logits].F
+	}
+	raw := logits(nil)
+	capped := logits(func(m map[string]any) { m["final_logit_softcapping"] = limit })
+	bites := false
+	for i, r := range raw {
+		want := limit * math.Tanh(float64(r)/limit)
+		bites = bites || math.Abs(float64(r)) > limit
+		if math.Abs(float64(capped[i])-want) > 1e-6 {
+			t.Errorf("logits[%d] = %g, want %g (raw %g)", i, capped[i], want, r)
+		}
+	}
+	if !bites {
+		t.Fatal("no raw logit exceeds the cap: the test does not test it")
+	}
+	attn := func(m map[string]any) { m["attn_logit_softcapping"] = limit }
+	for _, kind := range []string{kindSliding, kindFull} {
+		layer := int32(0)
+		if kind == kindFull {
+			layer = 1
+		}
+		req := func() *pb.BuildRequest {
+			return &pb.BuildRequest{Part: sdk.PartLayer, Kind: kind, Layers: []int32{layer}}
+		}
+		if a, b := build(nil, req()), build(attn, req()); !proto.Equal(a, b) {
+			t.Errorf("%s layer: attn_logit_softcapping changed the graph", kind)
 		}
 	}
 }

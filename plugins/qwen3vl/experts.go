@@ -36,8 +36,8 @@ func (l expertLayout) String() string {
 // tensors. With hidden_size == 2 × moe_intermediate_size gate_up_proj is
 // [E, H, H] either way: transformers' own loader then guesses (it keeps a
 // tensor whose shape already fits), so strata refuses rather than guess too.
-func (c moeConfig) detectLayout(m *decoder.Model, l int32) (expertLayout, error) {
-	e, h, i := int64(c.experts), int64(m.Hidden), int64(c.moeIntermediate)
+func detectLayout(c decoder.QwenMoE, m *decoder.Model, l int32) (expertLayout, error) {
+	e, h, i := int64(c.Experts), int64(m.Hidden), int64(c.Intermediate)
 	gu, ok := m.LayerTensor(l, "mlp.experts.gate_up_proj")
 	if !ok {
 		if m.HasLayerTensor(l, "mlp.experts.0.gate_proj.weight") {
@@ -84,8 +84,8 @@ const (
 
 // stacked is layer l's experts as the second matmul operand: gate and up
 // [E,H,I], down [E,I,H].
-func (lay expertLayout) stacked(c moeConfig, m *decoder.Model, l int32, part expertPart) weight.Expr {
-	e, h, i := int64(c.experts), int64(m.Hidden), int64(c.moeIntermediate)
+func (lay expertLayout) stacked(c decoder.QwenMoE, m *decoder.Model, l int32, part expertPart) weight.Expr {
+	e, h, i := int64(c.Experts), int64(m.Hidden), int64(c.Intermediate)
 	gu, down := m.LayerKey(l, "mlp.experts.gate_up_proj"), m.LayerKey(l, "mlp.experts.down_proj")
 	start := int64(part) * i // gate, then up
 	if lay == layoutHub {

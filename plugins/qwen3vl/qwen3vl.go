@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
@@ -98,87 +97,49 @@ func withVision(m *decoder.Model, base func(i int) *decoder.Kind) error {
 	return addVisionInputs(m, base)
 }
 
-// moeConfig holds the MoE fields of a Qwen3-VL-MoE text_config. The router
-// always renormalises its top-k weights (norm_topk_prob is not read by
-// transformers' Qwen3VLMoeTextTopKRouter).
-type moeConfig struct {
-	experts, topK, moeIntermediate, sparseStep int
-	mlpOnly                                    []int
-	layouts                                    map[int32]expertLayout
-}
-
+// loadMoE loads qwen3_vl_moe: Qwen's sparse MoE whose router always
+// renormalises its top-k weights (norm_topk_prob is not read by
+// transformers' Qwen3VLMoeTextTopKRouter), experts fused in either
+// orientation (experts.go).
 func loadMoE(m *decoder.Model) error {
 	attn, err := common(m)
 	if err != nil {
 		return err
 	}
-	c := moeConfig{
-		experts: m.FirstInt("num_experts", "num_local_experts"), topK: m.Int("num_experts_per_tok"),
-		moeIntermediate: m.Int("moe_intermediate_size"), sparseStep: m.IntOr("decoder_sparse_step", 1),
-		mlpOnly: m.Ints("mlp_only_layers"),
-	}
+	c := decoder.ReadQwenMoE(m)
+	c.Normalize = true
 	if m.Err != nil {
 		return m.Err
 	}
-	switch {
-	case c.experts > 0 && (c.topK < 1 || c.topK > c.experts):
-		return fmt.Errorf("config.json: text_config.num_experts_per_tok %d must be in 1..num_experts (%d)", c.topK, c.experts)
-	case c.sparseStep < 1:
-		return fmt.Errorf("config.json: text_config.decoder_sparse_step must be at least 1, got %d", c.sparseStep)
-	case c.moeIntermediate <= 0:
-		return fmt.Errorf("config.json: text_config.moe_intermediate_size must be positive, got %d", c.moeIntermediate)
+	if err := c.Check(m); err != nil {
+		return err
 	}
-	m.KindOf = c.kind
-	c.layouts = map[int32]expertLayout{}
+	m.KindOf = c.KindOf(kindMoE, kindDense)
+	layouts := map[int32]expertLayout{}
 	if err := m.EveryLayer(func(i int32) (err error) {
-		c.layouts[i], err = c.detectLayout(m, i)
+		layouts[i], err = detectLayout(c, m, i)
 		return err
 	}, kindMoE); err != nil {
 		return err
 	}
+	experts := func(l *decoder.Layer) (gate, up, down fn.Value) {
+		stacked := func(name string, part expertPart) fn.Value {
+			return l.Computed(name, func(i int32) weight.Expr { return layouts[i].stacked(c, l.Model, i, part) })
+		}
+		return stacked("mlp.experts.gate", gatePart), stacked("mlp.experts.up", upPart), stacked("mlp.experts.down", downPart)
+	}
 	sparse := m.Kind(kindMoE, "Qwen3VLMoeTextDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
-		return l.PreNorm(&a, &moe{moeConfig: c, strategy: m.Options[optStrategy]})
+		return l.PreNorm(&a, c.Block(m.Options[optStrategy], experts))
 	})
 	dense := m.Kind(kindDense, "Qwen3VLMoeTextDenseDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
 		return l.PreNorm(&a, &decoder.SwiGLU{Width: m.Intermediate})
 	})
 	return withVision(m, func(i int) *decoder.Kind {
-		if c.kind(i) == kindMoE {
+		if c.Sparse(i) {
 			return sparse
 		}
 		return dense
 	})
-}
-
-// kind says whether layer i is sparse, as Qwen3VLMoeTextDecoderLayer decides.
-func (c moeConfig) kind(i int) string {
-	if !slices.Contains(c.mlpOnly, i) && c.experts > 0 && (i+1)%c.sparseStep == 0 {
-		return kindMoE
-	}
-	return kindDense
-}
-
-// moe is the sparse MLP: softmax over all experts, top-k, renormalised;
-// the chosen experts run by strategy.
-type moe struct {
-	moeConfig
-	strategy string
-	router   blocks.Router
-	run      blocks.Experts
-}
-
-func (b *moe) Declare(l *decoder.Layer) {
-	b.router = blocks.Router{Kind: blocks.SoftmaxTopK, Experts: b.experts, TopK: b.topK, Normalize: true,
-		Weight: l.Weight("mlp.gate.weight", int64(b.experts), int64(l.Model.Hidden))}
-	stacked := func(name string, part expertPart) fn.Value {
-		return l.Computed(name, func(i int32) weight.Expr { return b.layouts[i].stacked(b.moeConfig, l.Model, i, part) })
-	}
-	b.run = blocks.Experts{Gate: stacked("mlp.experts.gate", gatePart), Up: stacked("mlp.experts.up", upPart),
-		Down: stacked("mlp.experts.down", downPart)}
-}
-
-func (b *moe) Apply(l *decoder.Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
-	return decoder.RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
 }

@@ -83,6 +83,10 @@ type Attention struct {
 	// Sinks: a learned logit per query head [Heads] that joins each row's
 	// softmax and is then dropped (gpt-oss), or "".
 	Sinks fn.Value
+	// SoftCap, when not 0, caps the scaled scores before the mask:
+	// SoftCap·tanh(scores/SoftCap), in the compute dtype (transformers'
+	// Gemma-2 eager attention, attn_logit_softcapping).
+	SoftCap float64
 }
 
 // Apply computes attention for x [B,S,H] (already normed), writing this
@@ -134,7 +138,19 @@ func (a Attention) heads(f *fn.Func, l Linear, x fn.Value, n int, norm fn.Value)
 	return f.Transpose(y, 0, 2, 1, 3)
 }
 
-// core is softmax(q·kᵀ·scale + mask)·v with query heads grouped onto their
+// SoftCap is limit·tanh(x/limit) in x's dtype (Gemma-2's logit
+// soft-capping: divided, not multiplied by 1/limit, as transformers computes
+// it), or x unchanged when limit is 0.
+func SoftCap(f *fn.Func, x fn.Value, limit float64) fn.Value {
+	if limit == 0 {
+		return x
+	}
+	c := f.Scalar(float32(limit))
+	return f.Mul(f.Op("Tanh", []fn.Value{f.Div(x, c)}), c)
+}
+
+// core is softmax(q·kᵀ·scale + mask)·v (the scaled scores soft-capped first
+// when SoftCap is set) with query heads grouped onto their
 // KV head by a reshape (query head h reads KV head h / (Heads/KVHeads)), so
 // no Expand with a dynamic shape is needed. The softmax runs in float32.
 func (a Attention) core(f *fn.Func, q, keys, values, mask fn.Value) fn.Value {
@@ -143,6 +159,7 @@ func (a Attention) core(f *fn.Func, q, keys, values, mask fn.Value) fn.Value {
 	q5 := f.Reshape(q, 0, kv, groups, -1, hd)                         // [B,nKV,g,S,hd]
 	k5 := f.Transpose(f.Unsqueeze(keys, 2), 0, 1, 2, 4, 3)            // [B,nKV,1,hd,C]
 	scores := f.Mul(f.MatMul(q5, k5), f.Scalar(float32(a.scaling()))) // [B,nKV,g,S,C]
+	scores = SoftCap(f, scores, a.SoftCap)
 	scores = f.CastTo(scores, f.DType(), fn.Float32)
 	scores = f.Where(f.Unsqueeze(mask, 1), f.ScalarOf(fn.Float32, maskedScore), scores)
 	probs := f.CastTo(a.softmax(f, scores), fn.Float32, f.DType())

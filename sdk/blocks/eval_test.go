@@ -131,14 +131,17 @@ func TestAttentionBlock(t *testing.T) {
 		sinks      bool    // a per-head sink logit in the softmax (gpt-oss)
 		window     int     // sliding window (0: full attention)
 		allHeads   bool    // q/k norms over all heads (OLMo-2), not per head
+		softCap    float64 // scores soft-capped before the mask (Gemma-2), or 0
 	}{
-		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, false},
-		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil, false, 0, false},
-		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}, false, 0, false},
-		{"prefill with sinks and a window of 2", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, true, 2, false},
-		{"decode with sinks past a window of 2", 1, []int64{4, 2}, 2, nil, true, 2, false},
-		{"prefill with q/k norms over all heads", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, true},
-		{"decode with q/k norms over all heads", 1, []int64{3, 1}, 2, nil, false, 0, true},
+		{"prefill with padding", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, false, 0},
+		{"decode over a filled cache", 1, []int64{3, 1}, 2, nil, false, 0, false, 0},
+		{"continuous batching", 2, []int64{2, 3, 0, 1}, 3, []int64{2, 0}, false, 0, false, 0},
+		{"prefill with sinks and a window of 2", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, true, 2, false, 0},
+		{"decode with sinks past a window of 2", 1, []int64{4, 2}, 2, nil, true, 2, false, 0},
+		{"prefill with q/k norms over all heads", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, true, 0},
+		{"decode with q/k norms over all heads", 1, []int64{3, 1}, 2, nil, false, 0, true, 0},
+		{"prefill with a soft-cap of 0.5", 3, []int64{0, 1, 2, 0, 1, -1}, 2, nil, false, 0, false, 0.5},
+		{"decode with a soft-cap, sinks and a window of 2", 1, []int64{4, 2}, 2, nil, true, 2, false, 0.5},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,7 +171,7 @@ func TestAttentionBlock(t *testing.T) {
 			a := blocks.Attention{Heads: nH, KVHeads: nKV, HeadDim: hd, RoPE: rope, NormEps: eps,
 				Q: blocks.LinearInputs(f, "q", true), K: blocks.LinearInputs(f, "k", false),
 				V: blocks.LinearInputs(f, "v", false), O: blocks.LinearInputs(f, "o", false),
-				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm"), NormAllHeads: tc.allHeads}
+				QNorm: f.Input("q_norm"), KNorm: f.Input("k_norm"), NormAllHeads: tc.allHeads, SoftCap: tc.softCap}
 			if tc.sinks {
 				a.Sinks = f.Input("sinks")
 				in["sinks"] = refeval.Floats([]int64{nH}, sinks...)
@@ -246,6 +249,7 @@ func TestAttentionBlock(t *testing.T) {
 			}
 			var want []float64
 			var got []float32
+			bites := false // some score beyond the soft-cap, so that it shows
 			for b := range B {
 				row := cacheRow(b)
 				for s := range S {
@@ -268,8 +272,13 @@ func TestAttentionBlock(t *testing.T) {
 							for i := range hd {
 								dot += qh[i] * wantK[at(row, g, j)+i]
 							}
-							scores = append(scores, dot/math.Sqrt(hd))
-							m = math.Max(m, dot/math.Sqrt(hd))
+							score := dot / math.Sqrt(hd)
+							bites = bites || math.Abs(score) > tc.softCap
+							if tc.softCap != 0 {
+								score = tc.softCap * math.Tanh(score/tc.softCap)
+							}
+							scores = append(scores, score)
+							m = math.Max(m, score)
 						}
 						var z float64
 						if tc.sinks {
@@ -289,6 +298,9 @@ func TestAttentionBlock(t *testing.T) {
 					want = append(want, linear(ctx, 1, wo, H, nil)...)
 					got = append(got, res["out"].F[(b*S+s)*H:(b*S+s+1)*H]...)
 				}
+			}
+			if tc.softCap != 0 && !bites {
+				t.Fatalf("no score exceeds the soft-cap %g: the case does not test it", tc.softCap)
 			}
 			closeTo(t, "attention", got, want, 1e-5)
 			// Caches: everything but a padding query's write (the last slot

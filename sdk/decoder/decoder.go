@@ -143,7 +143,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
-		return finalPart(domain, a.Name+"Final", dt, m.norm(), m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
+		return finalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
 		if !ok {

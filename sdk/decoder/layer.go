@@ -214,6 +214,9 @@ type Attention struct {
 	QKNormAllHeads bool
 	Sinks          bool // a learned per-head logit joining the softmax (self_attn.sinks, gpt-oss)
 	Scaling        float64
+	// SoftCap, when not 0, soft-caps the scaled scores before the mask:
+	// SoftCap·tanh(scores/SoftCap) (Gemma-2's attn_logit_softcapping).
+	SoftCap float64
 	// FusedQKV names one stored projection holding q, k and v's rows in
 	// that order ("self_attn.qkv_proj", Phi-3), bound by FusedLinears;
 	// "" for separate q_proj, k_proj, v_proj.
@@ -235,7 +238,7 @@ func (a *Attention) Declare(l *Layer) {
 	names := []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}
 	qkv := l.projections(a.FusedQKV, names, []int{q, kv, kv}, h, a.QKVBias) // declared before o_proj
 	a.block = blocks.Attention{Q: qkv[0], K: qkv[1], V: qkv[2], Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, RoPE: m.RoPE, Scaling: a.Scaling,
-		O: l.Linear("self_attn.o_proj", h, q, a.OBias),
+		SoftCap: a.SoftCap, O: l.Linear("self_attn.o_proj", h, q, a.OBias),
 	}
 	switch {
 	case a.QKNorm && a.QKNormAllHeads:

@@ -64,6 +64,10 @@ type Model struct {
 	// q/k norms and the final norm apply Gemma's: weights stored as an
 	// offset from 1, y·(1 + w) computed in float32 (blocks.RMSNormOnePlus).
 	NormOnePlus bool
+	// FinalSoftCap, when not 0, soft-caps the logits the final part
+	// outputs: FinalSoftCap·tanh(logits/FinalSoftCap), in the compute dtype
+	// before the cast to float32 (Gemma-2/3's final_logit_softcapping).
+	FinalSoftCap float64
 
 	arch          Architecture
 	kinds         []*Kind

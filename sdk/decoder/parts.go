@@ -234,27 +234,30 @@ const finalHidden = "hidden_states_normed"
 // returns them as hidden_states (the norm is per token, so the logits are
 // the same).
 func FinalPart(domain, name string, dt fn.DType, eps float64, norm, head weight.Expr, allHidden bool) *pb.BuildResponse {
-	return finalPart(domain, name, dt, blocks.Norm{Eps: eps}, norm, head, allHidden, 2)
+	return finalPart(domain, name, dt, blocks.Norm{Eps: eps}, 0, norm, head, allHidden, 2)
 }
 
 // finalPart is FinalPart for position_ids of the given rank (with 3, the
-// last valid token is row 0's), its norm of kind kind.
-func finalPart(domain, name string, dt fn.DType, kind blocks.Norm, norm, head weight.Expr, allHidden bool, rank int) *pb.BuildResponse {
+// last valid token is row 0's), its norm of kind kind; the logits are
+// soft-capped in dt, before the cast to float32, when softCap is not 0
+// (Model.FinalSoftCap).
+func finalPart(domain, name string, dt fn.DType, kind blocks.Norm, softCap float64, norm, head weight.Expr, allHidden bool, rank int) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, pos := f.Input(sdk.HiddenStates), f.Input(sdk.PositionIDs)
 	if rank == 3 {
 		pos = TextPositions(f.Scope("positions"), pos)
 	}
 	normW, headW := f.Input("norm.weight"), f.Input("lm_head.weight")
-	var normed fn.Value
+	logits := func(normed fn.Value) fn.Value {
+		l := blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed)
+		return f.CastTo(blocks.SoftCap(f.Scope("softcap"), l, softCap), dt, fn.Float32)
+	}
 	if allHidden {
 		all := kind.Apply(f.Scope("norm"), hidden, normW)
-		normed = blocks.LastValidToken(f, all, pos)
-		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
+		f.Output(sdk.Logits, logits(blocks.LastValidToken(f, all, pos)))
 		f.Output(finalHidden, all)
 	} else {
-		normed = kind.Apply(f.Scope("norm"), blocks.LastValidToken(f, hidden, pos), normW)
-		f.Output(sdk.Logits, f.CastTo(blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), normed), dt, fn.Float32))
+		f.Output(sdk.Logits, logits(kind.Apply(f.Scope("norm"), blocks.LastValidToken(f, hidden, pos), normW)))
 	}
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{
 		weight.Bind("norm.weight", norm), weight.Bind("lm_head.weight", head)}})

@@ -134,10 +134,10 @@ func TestFinalPartRank3(t *testing.T) {
 	}
 	n, h := weight.Tensor("norm", H), weight.Tensor("head", V, H)
 	row := []int64{0, 1, 2, 0, 1, -1}
-	two := evalPart(t, finalPart("t", "F2", fn.Float32, blocks.Norm{Eps: 1e-6}, n, h, false, 2), in(refeval.Ints([]int64{B, S}, row...)))
+	two := evalPart(t, finalPart("t", "F2", fn.Float32, blocks.Norm{Eps: 1e-6}, 0, n, h, false, 2), in(refeval.Ints([]int64{B, S}, row...)))
 	// Rows 1 and 2 would pick other tokens (their largest entries are elsewhere).
 	rows := append(slices.Clone(row), 9, 0, 0, 9, 0, 0, 9, 0, 0, 0, 0, 9)
-	three := evalPart(t, finalPart("t", "F3", fn.Float32, blocks.Norm{Eps: 1e-6}, n, h, false, 3), in(refeval.Ints([]int64{3, B, S}, rows...)))
+	three := evalPart(t, finalPart("t", "F3", fn.Float32, blocks.Norm{Eps: 1e-6}, 0, n, h, false, 3), in(refeval.Ints([]int64{3, B, S}, rows...)))
 	if !slices.Equal(two[sdk.Logits].F, three[sdk.Logits].F) {
 		t.Errorf("rank-3 logits %v, want row 0's %v", three[sdk.Logits].F, two[sdk.Logits].F)
 	}

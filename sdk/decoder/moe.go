@@ -1,0 +1,90 @@
+package decoder
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/strata-llm/strata/sdk/blocks"
+	"github.com/strata-llm/strata/sdk/fn"
+)
+
+// QwenMoE is the sparse MoE of the Qwen decoders (Qwen3-MoE, Qwen3-VL-MoE):
+// which layers are sparse (decoder_sparse_step, mlp_only_layers) and their
+// MLP, a softmax router over the experts, top-k, optionally renormalised,
+// then the chosen experts run by strategy.
+type QwenMoE struct {
+	Experts      int   // num_experts (or num_local_experts)
+	TopK         int   // num_experts_per_tok
+	Intermediate int   // moe_intermediate_size
+	SparseStep   int   // decoder_sparse_step: layer i is sparse when (i+1) is a multiple
+	MLPOnly      []int // mlp_only_layers: dense whatever the step says
+	Normalize    bool  // renormalise the top-k weights to sum to 1 (norm_topk_prob)
+}
+
+// ReadQwenMoE reads the MoE fields of m's config (errors in m.Err, as its
+// other readers). Normalize is left false: the architectures differ in
+// whether norm_topk_prob says it.
+func ReadQwenMoE(m *Model) QwenMoE {
+	return QwenMoE{
+		Experts: m.FirstInt("num_experts", "num_local_experts"), TopK: m.Int("num_experts_per_tok"),
+		Intermediate: m.Int("moe_intermediate_size"), SparseStep: m.IntOr("decoder_sparse_step", 1),
+		MLPOnly: m.Ints("mlp_only_layers"),
+	}
+}
+
+// Check refuses values no model can have: top-k outside 1..experts (with
+// experts), a sparse step below 1, no expert width.
+func (c QwenMoE) Check(m *Model) error {
+	path := m.Config.Path()
+	switch {
+	case c.Experts > 0 && (c.TopK < 1 || c.TopK > c.Experts):
+		return fmt.Errorf("%s: num_experts_per_tok %d must be in 1..num_experts (%d)", path, c.TopK, c.Experts)
+	case c.SparseStep < 1:
+		return fmt.Errorf("%s: decoder_sparse_step must be at least 1, got %d", path, c.SparseStep)
+	case c.Intermediate <= 0:
+		return fmt.Errorf("%s: moe_intermediate_size must be positive, got %d", path, c.Intermediate)
+	}
+	return nil
+}
+
+// Sparse says whether layer i is a sparse MoE layer, as transformers'
+// Qwen MoE decoder layers decide: not in mlp_only_layers, experts at all,
+// and (i+1) a multiple of decoder_sparse_step.
+func (c QwenMoE) Sparse(i int) bool {
+	return !slices.Contains(c.MLPOnly, i) && c.Experts > 0 && (i+1)%c.SparseStep == 0
+}
+
+// KindOf names layer i's kind, sparse or dense as Sparse says (for Model.KindOf).
+func (c QwenMoE) KindOf(sparse, dense string) func(i int) string {
+	return func(i int) string {
+		if c.Sparse(i) {
+			return sparse
+		}
+		return dense
+	}
+}
+
+// Block is a sparse layer's MLP: the router mlp.gate.weight [experts,
+// hidden], then the stacked experts experts declares (gate and up [E,H,I],
+// down [E,I,H], as StoredExperts.Declare gives them), run by strategy.
+func (c QwenMoE) Block(strategy string, experts func(l *Layer) (gate, up, down fn.Value)) Block {
+	return &qwenMoEBlock{QwenMoE: c, strategy: strategy, experts: experts}
+}
+
+type qwenMoEBlock struct {
+	QwenMoE
+	strategy string
+	experts  func(l *Layer) (gate, up, down fn.Value)
+	router   blocks.Router
+	run      blocks.Experts
+}
+
+func (b *qwenMoEBlock) Declare(l *Layer) {
+	b.router = blocks.Router{Kind: blocks.SoftmaxTopK, Experts: b.Experts, TopK: b.TopK, Normalize: b.Normalize,
+		Weight: l.Weight("mlp.gate.weight", int64(b.Experts), int64(l.Model.Hidden))}
+	b.run.Gate, b.run.Up, b.run.Down = b.experts(l)
+}
+
+func (b *qwenMoEBlock) Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
+	return RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
+}
