@@ -21,6 +21,16 @@ Gemma's RMSNorms weigh by 1 + w and start at w = 0; every norm weight
 (input, post-attention, pre-/post-feedforward, q/k, final) is randomised
 around 0, so a norm taken as w, or missing, shows in the logits. The
 embeddings are tied (Gemma3TextConfig's default).
+
+- gemma3-mm-f32: a tiny Gemma3ForConditionalGeneration (model_type gemma3:
+  the text model's fields in text_config, its keys under
+  model.language_model., a tiny SigLIP vision tower and projector present
+  but not exported), untied (top-level tie_word_embeddings false, so
+  lm_head.weight is top level), 3 layers (sliding, full, sliding;
+  sliding_window 4), GQA 2, and text_config.final_logit_softcapping 3.0,
+  which Gemma3ForConditionalGeneration (unlike Gemma3ForCausalLM) never
+  applies. The reference is the text-only logits (AutoModelForCausalLM loads
+  Gemma3ForConditionalGeneration for model_type gemma3).
 """
 
 import torch
@@ -42,16 +52,31 @@ GEMMA3_SPEC = {
                                 sliding_window=4, layer_types=["sliding_attention", "full_attention"],
                                 attn_logit_softcapping=5.0, final_logit_softcapping=3.0),
                            "float32", {"seed": 8003}),
+    # overrides: text_config (on generate.BASE), vision_config, top-level fields.
+    "gemma3-mm-f32": (dict(text_config=dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                                            query_pre_attn_scalar=16, sliding_window=4,
+                                            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                            final_logit_softcapping=3.0),
+                           vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                              num_attention_heads=2, image_size=16, patch_size=4),
+                           top=dict(mm_tokens_per_image=4, tie_word_embeddings=False)),
+                      "float32", {"seed": 8004}),
 }
 
 
 def make_model(overrides, seed, base):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from transformers import Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Gemma3TextConfig
 
     torch.manual_seed(seed)
-    cfg = Gemma3TextConfig(**{**base, **overrides})
-    cfg.architectures = ["Gemma3ForCausalLM"]
-    model = Gemma3ForCausalLM(cfg).eval()
+    if "text_config" in overrides:
+        cfg = Gemma3Config(text_config={**base, **overrides["text_config"]}, vision_config=overrides["vision_config"],
+                           **overrides["top"])
+        cfg.architectures = ["Gemma3ForConditionalGeneration"]
+        model = Gemma3ForConditionalGeneration(cfg).eval()
+    else:
+        cfg = Gemma3TextConfig(**{**base, **overrides})
+        cfg.architectures = ["Gemma3ForCausalLM"]
+        model = Gemma3ForCausalLM(cfg).eval()
     with torch.no_grad():  # norm weights start at 0 (the norm weighs by 1 + w), biases at 0
         for n, p in model.named_parameters():
             if "norm" in n:

@@ -7,6 +7,14 @@
 // masked to sliding_window and turning at the local RoPE base while the
 // full_attention layers turn at rope_theta (with its scaling), and the
 // logits soft-capped by final_logit_softcapping when set.
+//
+// It also exports the language model of Gemma-3 multimodal checkpoints
+// (model_type gemma3, Gemma3ForConditionalGeneration), text only: the same
+// layers, their fields in text_config, their keys where transformers saves
+// them and the Hub's releases hold them (language_model.model., the untied
+// head language_model.lm_head.weight), the vision tower and projector left
+// unbound. Gemma3ForConditionalGeneration embeds text tokens as
+// Gemma3ForCausalLM does but never applies final_logit_softcapping.
 package main
 
 import (
@@ -28,15 +36,39 @@ const (
 	localRoPE             = "rope_local" // the sliding layers' tables
 )
 
+// mmPrefix is where Gemma3ForConditionalGeneration checkpoints hold the
+// language model: transformers' save_pretrained writes its in-memory
+// model.language_model. back as language_model.model. (its llava key
+// conversion), as the Hub's releases store it.
+const mmPrefix = "language_model.model."
+
 var plugin = decoder.Plugin{Name: "gemma3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "gemma3_text", HFArchitectures: []string{"Gemma3ForCausalLM"}, Name: "Gemma3", Load: load,
+}, {
+	ModelType: "gemma3", HFArchitectures: []string{"Gemma3ForConditionalGeneration"}, Name: "Gemma3",
+	ConfigObject: "text_config", Prefix: mmPrefix, Load: loadConditional,
 }}}
 
 // load applies Gemma3TextConfig's defaults, refuses what Gemma-3's math
 // does not have, and declares the sliding and full layer kinds.
-func load(m *decoder.Model) error {
+func load(m *decoder.Model) error { return loadText(m, false) }
+
+// loadConditional loads the language model of a Gemma3ForConditionalGeneration
+// checkpoint: tie_word_embeddings is the top-level field (the one
+// transformers obeys), an untied head is language_model.lm_head.weight, and
+// text_config's final_logit_softcapping is not applied.
+func loadConditional(m *decoder.Model) error { return loadText(m, true) }
+
+func loadText(m *decoder.Model, conditional bool) error {
 	if err := defaults(m); err != nil {
 		return err
+	}
+	if conditional {
+		tied, err := m.Top.BoolOr("tie_word_embeddings", true)
+		if err != nil {
+			return err
+		}
+		m.Tied, m.HeadKey = tied, "language_model.lm_head.weight"
 	}
 	if err := refuse(m); err != nil {
 		return err
@@ -59,6 +91,10 @@ func load(m *decoder.Model) error {
 	}
 	if err := softCaps(m); err != nil {
 		return err
+	}
+	if conditional && m.FinalSoftCap != 0 {
+		m.Note("text_config.final_logit_softcapping %g is not applied: transformers' Gemma3ForConditionalGeneration never applies it", m.FinalSoftCap)
+		m.FinalSoftCap = 0
 	}
 	m.RoPE, m.NormOnePlus, m.EmbedScale = full, true, math.Sqrt(float64(m.Hidden))
 	m.KindOf = func(i int) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"slices"
 	"strings"
@@ -282,5 +283,71 @@ func TestSoftCaps(t *testing.T) {
 		if a, b := build(nil, req()), build(attn, req()); !proto.Equal(a, b) {
 			t.Errorf("%s layer: attn_logit_softcapping changed the graph", kind)
 		}
+	}
+}
+
+// conditional wraps tinyConfig as a Gemma3ForConditionalGeneration
+// config.json (model_type gemma3, the text fields in text_config), with top
+// as its top-level fields.
+func conditional(t *testing.T, top map[string]any, text func(map[string]any)) *pb.Model {
+	t.Helper()
+	cfg := plugintest.Config(t, `{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+		"vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32}, "image_token_index": 262144}`,
+		func(m map[string]any) {
+			var sub map[string]any
+			if err := json.Unmarshal(plugintest.Config(t, tinyConfig, text), &sub); err != nil {
+				t.Fatal(err)
+			}
+			m["text_config"] = sub
+			for k, v := range top {
+				m[k] = v
+			}
+		})
+	model := plugintest.Model(t, plugin, cfg, "F32")
+	if len(model.Tensors) == 0 {
+		t.Fatal("the conditional config was refused")
+	}
+	// The vision tower is in the checkpoint but not exported.
+	model.Tensors = append(model.Tensors, &pb.TensorInfo{Key: "vision_tower.vision_model.post_layernorm.weight", Dtype: "F32", Shape: []int64{32}})
+	return model
+}
+
+// Gemma3ForConditionalGeneration's language model: its keys under
+// language_model.model., the untied head language_model.lm_head.weight,
+// tie_word_embeddings read at the top level, final_logit_softcapping not
+// applied.
+func TestConditional(t *testing.T) {
+	parts := func(model *pb.Model) []map[int32]plugintest.Bindings {
+		if ok, reasons := plugintest.Check(t, plugin, model); !ok {
+			t.Fatalf("refused: %s", reasons)
+		}
+		return plugintest.RequireBound(t, plugin, model,
+			&pb.BuildRequest{Part: sdk.PartEmbed}, &pb.BuildRequest{Part: sdk.PartContext},
+			&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindSliding, Layers: []int32{0, 2}},
+			&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindFull, Layers: []int32{1}},
+			&pb.BuildRequest{Part: sdk.PartFinal})
+	}
+	// text_config's tie_word_embeddings (true in tinyConfig) is not the one read.
+	untied := parts(conditional(t, map[string]any{"tie_word_embeddings": false}, nil))
+	if got := untied[2][2]["self_attn.q_norm.weight"]; !slices.Equal(got, []string{"language_model.model.layers.2.self_attn.q_norm.weight"}) {
+		t.Errorf("layer 2 q_norm bound to %v", got)
+	}
+	if got := untied[4][sdk.NonLayer]["lm_head.weight"]; !slices.Equal(got, []string{"language_model.lm_head.weight"}) {
+		t.Errorf("untied head bound to %v", got)
+	}
+	tied := parts(conditional(t, nil, func(m map[string]any) { m["tie_word_embeddings"] = false }))
+	if got := tied[4][sdk.NonLayer]["lm_head.weight"]; !slices.Equal(got, []string{"language_model.model.embed_tokens.weight"}) {
+		t.Errorf("head bound to %v, want the tied embedding (top-level default)", got)
+	}
+	final := func(model *pb.Model) *pb.BuildResponse {
+		resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: model, Part: sdk.PartFinal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	capped := conditional(t, nil, func(m map[string]any) { m["final_logit_softcapping"] = 3.0 })
+	if !proto.Equal(final(capped), final(conditional(t, nil, nil))) {
+		t.Error("final_logit_softcapping changed Gemma3ForConditionalGeneration's final part")
 	}
 }
