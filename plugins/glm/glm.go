@@ -10,12 +10,11 @@ import (
 )
 
 const (
-	kindMoE     = "moe"
-	kindDense   = "dense"
-	optStrategy = "moe_strategy"
-	optMTP      = "mtp"
-	mtpSkip     = "skip"
-	mtpDraft    = "draft"
+	kindMoE   = "moe"
+	kindDense = "dense"
+	optMTP    = "mtp"
+	mtpSkip   = "skip"
+	mtpDraft  = "draft"
 	// modelMTP is the separate draft model (mtp.onnx).
 	modelMTP = "mtp"
 )
@@ -29,8 +28,7 @@ var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []deco
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"},
 		MtpConventions: []string{mtpInlined, mtpIndexed, mtpSeparateFile}, Models: []string{modelMTP}},
 	Options: []*pb.PluginOption{
-		{Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
-			Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"},
+		decoder.MoEStrategyOption(),
 		{Name: optMTP, DefaultValue: mtpSkip, AllowedValues: []string{mtpSkip, mtpDraft},
 			Help: "skip: MTP weights stay out of the graphs; draft: also write the MTP layer as the draft model mtp.onnx, and model.onnx also outputs the hidden_states it reads"},
 	},
@@ -103,7 +101,7 @@ func load(m *decoder.Model) error {
 	}
 	attention := func() *decoder.Attention { return &decoder.Attention{QKVBias: c.bias, QKNorm: c.qkNorm} }
 	m.Kind(kindMoE, "Glm4MoeDecoderLayer", func(l *decoder.Layer) error {
-		return l.PreNorm(attention(), &moe{config: c, strategy: m.Options[optStrategy]})
+		return l.PreNorm(attention(), &moe{config: c, strategy: m.Options[decoder.MoEStrategy]})
 	})
 	m.Kind(kindDense, "Glm4MoeDenseDecoderLayer", func(l *decoder.Layer) error {
 		return l.PreNorm(attention(), &decoder.SwiGLU{Width: m.Intermediate})

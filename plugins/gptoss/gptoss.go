@@ -14,7 +14,6 @@ import (
 const (
 	kindSliding = "sliding"
 	kindFull    = "full"
-	optStrategy = "moe_strategy"
 	// ctxSlidingMask is the context value of the sliding layers' mask.
 	ctxSlidingMask = "sliding_mask"
 )
@@ -29,9 +28,8 @@ var plugin = decoder.Plugin{Name: "gptoss", Version: "0.1.0", Architectures: []d
 	ModelType: "gpt_oss", HFArchitectures: []string{"GptOssForCausalLM"}, Name: "GptOss",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"mxfp4", "fused-interleaved"},
 		QuantizedFormats: []string{"mxfp4"}},
-	Options: []*pb.PluginOption{{Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
-		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}},
-	Load: load,
+	Options: []*pb.PluginOption{decoder.MoEStrategyOption()},
+	Load:    load,
 }}}
 
 // config holds gpt-oss's own config.json fields.
@@ -88,7 +86,7 @@ func load(m *decoder.Model) error {
 	body := func(mask string) func(l *decoder.Layer) error {
 		return func(l *decoder.Layer) error {
 			attention := &decoder.Attention{QKVBias: bias, OBias: bias, Sinks: true, Mask: mask}
-			return l.PreNorm(attention, &moe{config: c, strategy: m.Options[optStrategy]})
+			return l.PreNorm(attention, &moe{config: c, strategy: m.Options[decoder.MoEStrategy]})
 		}
 	}
 	m.Kind(kindFull, "GptOssDecoderLayer", body(""))

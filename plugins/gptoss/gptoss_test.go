@@ -299,7 +299,7 @@ func TestBuildRefusesWrongKind(t *testing.T) {
 func TestPluginOptions(t *testing.T) {
 	for opt, want := range map[string]string{"dense": "", "gather": "", "sparse": `moe_strategy "sparse": use gather or dense`} {
 		_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, mxfp4, nil),
-			Options: &pb.ExportOptions{PluginOptions: map[string]string{optStrategy: opt}}})
+			Options: &pb.ExportOptions{PluginOptions: map[string]string{decoder.MoEStrategy: opt}}})
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s: error %v, want %q", opt, err, want)
 		}

@@ -3,15 +3,13 @@ package main
 import (
 	"fmt"
 
-	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 const (
-	kindMoE     = "moe"
-	kindDense   = "dense"
-	optStrategy = "moe_strategy"
+	kindMoE   = "moe"
+	kindDense = "dense"
 )
 
 // plugin is Qwen3-MoE: the common decoder with q/k norms, sparse MoE
@@ -20,9 +18,8 @@ const (
 var plugin = decoder.Plugin{Name: "qwen3moe", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3_moe", HFArchitectures: []string{"Qwen3MoeForCausalLM"}, Name: "Qwen3Moe",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"}},
-	Options: []*pb.PluginOption{{Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
-		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}},
-	Load: load,
+	Options:      []*pb.PluginOption{decoder.MoEStrategyOption()},
+	Load:         load,
 }}}
 
 func load(m *decoder.Model) error {
@@ -47,7 +44,7 @@ func load(m *decoder.Model) error {
 	}
 	attention := func() *decoder.Attention { return &decoder.Attention{QKNorm: true} }
 	m.Kind(kindMoE, "Qwen3MoeDecoderLayer", func(l *decoder.Layer) error {
-		return l.PreNorm(attention(), c.Block(m.Options[optStrategy], stored.Declare))
+		return l.PreNorm(attention(), c.Block(m.Options[decoder.MoEStrategy], stored.Declare))
 	})
 	m.Kind(kindDense, "Qwen3MoeDenseDecoderLayer", func(l *decoder.Layer) error {
 		return l.PreNorm(attention(), &decoder.SwiGLU{Width: m.Intermediate})

@@ -156,8 +156,8 @@ func TestPluginOptions(t *testing.T) {
 		want string
 	}{
 		"default":        {nil, ""},
-		"dense":          {map[string]string{optStrategy: blocks.Dense}, ""},
-		"bad strategy":   {map[string]string{optStrategy: "sparse"}, `moe_strategy "sparse": use gather or dense`},
+		"dense":          {map[string]string{decoder.MoEStrategy: blocks.Dense}, ""},
+		"bad strategy":   {map[string]string{decoder.MoEStrategy: "sparse"}, `moe_strategy "sparse": use gather or dense`},
 		"unknown option": {map[string]string{"experts_per_tok": "2"}, `no option "experts_per_tok" (it has: moe_strategy)`},
 	}
 	for name, tc := range cases {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 
-	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -15,7 +14,6 @@ const (
 	kindMoE     = "moe"     // qwen3_vl_moe: sparse layers
 	kindDense   = "dense"   // qwen3_vl_moe: mlp_only_layers and decoder_sparse_step's gaps
 
-	optStrategy  = "moe_strategy"
 	optPositions = "position_ids_rank"
 )
 
@@ -39,9 +37,8 @@ var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []
 	ConfigObject: "text_config", Prefix: "model.language_model.",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
 		Models: []string{visionModel}},
-	Options: []*pb.PluginOption{positionsOption, visionOption, {Name: optStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
-		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}},
-	Load: loadMoE,
+	Options: []*pb.PluginOption{positionsOption, visionOption, decoder.MoEStrategyOption()},
+	Load:    loadMoE,
 }}}
 
 // common reads what both model types share: the top-level
@@ -130,7 +127,7 @@ func loadMoE(m *decoder.Model) error {
 	}
 	sparse := m.Kind(kindMoE, "Qwen3VLMoeTextDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn
-		return l.PreNorm(&a, c.Block(m.Options[optStrategy], experts))
+		return l.PreNorm(&a, c.Block(m.Options[decoder.MoEStrategy], experts))
 	})
 	dense := m.Kind(kindDense, "Qwen3VLMoeTextDenseDecoderLayer", func(l *decoder.Layer) error {
 		a := *attn

@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/fn"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 // QwenMoE is the sparse MoE of the Qwen decoders (Qwen3-MoE, Qwen3-VL-MoE):
@@ -87,4 +88,14 @@ func (b *qwenMoEBlock) Declare(l *Layer) {
 
 func (b *qwenMoEBlock) Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
 	return RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
+}
+
+// MoEStrategy names the plugin option every MoE plugin takes: how its
+// experts run (blocks.Gather or blocks.Dense).
+const MoEStrategy = "moe_strategy"
+
+// MoEStrategyOption declares MoEStrategy (a fresh message each call).
+func MoEStrategyOption() *pb.PluginOption {
+	return &pb.PluginOption{Name: MoEStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
+		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}
 }
