@@ -116,6 +116,20 @@ func ropeTables(t *testing.T, r RoPE, shape []int64, pos []int64) (cos, sin refe
 	return out["cos"], out["sin"]
 }
 
+// ropeFromReference is the RoPE strata reads from a reference case's config.
+func ropeFromReference(t *testing.T, config json.RawMessage, headDim int) RoPE {
+	t.Helper()
+	cfg, err := hf.Parse(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := RoPEFromConfig(cfg, headDim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func TestYarnMatchesTransformers(t *testing.T) {
 	ref := loadRopeReference(t)
 	if len(ref.Yarn) == 0 {
@@ -123,14 +137,7 @@ func TestYarnMatchesTransformers(t *testing.T) {
 	}
 	for _, tc := range ref.Yarn {
 		t.Run(tc.Name, func(t *testing.T) {
-			cfg, err := hf.Parse(tc.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := RoPEFromConfig(cfg, tc.HeadDim)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := ropeFromReference(t, tc.Config, tc.HeadDim)
 			if r.Type != "yarn" {
 				t.Fatalf("type %q", r.Type)
 			}
@@ -321,14 +328,7 @@ func TestLongRoPEMatchesTransformers(t *testing.T) {
 	}
 	for _, tc := range ref.LongRoPE {
 		t.Run(tc.Name, func(t *testing.T) {
-			cfg, err := hf.Parse(tc.Config)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := RoPEFromConfig(cfg, tc.HeadDim)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := ropeFromReference(t, tc.Config, tc.HeadDim)
 			if r.Type != "longrope" || r.OriginalMaxPositions != 4096 {
 				t.Fatalf("type %q, original max %g", r.Type, r.OriginalMaxPositions)
 			}
