@@ -183,10 +183,9 @@ func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint, q *quant.View)
 		r.Shards = append(r.Shards, shardReport{Name: sh.Name, Bytes: sh.Size, Tensors: len(sh.Tensors)})
 		r.Bytes += sh.Size
 		for _, t := range sh.Tensors {
-			_, quantized := q.Weight(t.Key)
 			if q.Auxiliary(t.Key) {
 				scales++
-			} else if !quantized && !q.Stored(t.Key) {
+			} else if !q.Has(t.Key) && !q.Stored(t.Key) {
 				count(t.DType, t.Elements())
 			}
 		}
@@ -196,7 +195,7 @@ func (r *inspectReport) countTensors(ckpt *checkpoint.Checkpoint, q *quant.View)
 		count(values.DType, w.Elements())
 	}
 	if q.Quantized() || q != nil && q.Method != "" {
-		r.Quantization = &quantReport{Method: q.Method, Format: q.Format, Weights: len(q.Weights()), Scales: scales,
+		r.Quantization = &quantReport{Method: q.Method, Format: q.Format, Weights: q.Len(), Scales: scales,
 			Excluded: q.Excluded, Notes: q.Notes}
 	}
 	for _, d := range byDType {

@@ -334,7 +334,7 @@ func (p *plan) sourceQuantization() *sourceQuantization {
 	if !p.viewDriven() {
 		return nil
 	}
-	return &sourceQuantization{Method: p.view.Method, Format: p.view.Format, Weights: len(p.view.Weights()), Notes: p.view.Notes}
+	return &sourceQuantization{Method: p.view.Method, Format: p.view.Format, Weights: p.view.Len(), Notes: p.view.Notes}
 }
 
 // report gathers the accounting from the shard records (a resumed or

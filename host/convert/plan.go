@@ -281,7 +281,7 @@ func (p *plan) dropStored(k string) {
 	a := p.accounts[k]
 	a.Action = "dropped"
 	if w := moduleOf(k) + ".weight"; strings.HasSuffix(k, ".weight_shape") {
-		if _, ok := p.view.Weight(w); ok {
+		if p.view.Has(w) {
 			a.Reason = "stored shape of the packed " + w + ", which its dequantisation has"
 			return
 		}

@@ -153,10 +153,7 @@ func activationSchemes(resp *pb.BuildResponse, q *quant.View) (map[string]string
 			}
 			scheme, mixed := "", false
 			for i, k := range e.Keys() {
-				s := ""
-				if w, ok := q.Weight(k); ok {
-					s = w.Activation
-				}
+				s := q.Activation(k)
 				if i > 0 && s != scheme {
 					mixed = true
 				}

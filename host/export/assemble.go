@@ -166,17 +166,22 @@ func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {
 
 // bind resolves the part's weight bindings for one layer (or sdk.NonLayer)
 // into graph values, added to inputs.
+// A layer's bindings are let go of once bound: each layer is placed once
+// (in one window), and Qwen3-235B-FP8's are 10 MB beside the graph growing.
 func (a *assembler) bind(resp *pb.BuildResponse, layer int32, prefix string, inputs map[string]string) error {
-	bindings, err := layerBindings(resp, layer)
+	lw, err := layerBindings(resp, layer)
 	if err != nil {
 		return err
 	}
-	for _, wb := range bindings { // validate.go: each a formal input the host does not pass
+	for _, wb := range lw.GetBindings() { // validate.go: each a formal input the host does not pass
 		value, err := a.table.Value(wb, prefix+"/"+wb.GetInput())
 		if err != nil {
 			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
 		}
 		inputs[wb.GetInput()] = value
+	}
+	if layer != sdk.NonLayer { // the context part is placed in every window
+		lw.Bindings = nil
 	}
 	return nil
 }
@@ -227,10 +232,10 @@ func (a *assembler) place(resp *pb.BuildResponse, layer int32, prefix string, in
 	return a.b.Inline(call)
 }
 
-func layerBindings(resp *pb.BuildResponse, layer int32) ([]*pb.WeightBinding, error) {
+func layerBindings(resp *pb.BuildResponse, layer int32) (*pb.LayerWeights, error) {
 	for _, lw := range resp.GetWeights() {
 		if lw.GetLayer() == layer {
-			return lw.GetBindings(), nil
+			return lw, nil
 		}
 	}
 	if layer == sdk.NonLayer && len(resp.GetWeights()) == 0 {

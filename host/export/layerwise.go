@@ -422,8 +422,8 @@ func (e *exporter) windowTensors(s window.Span) ([]string, error) {
 	var keys []string
 	seen := map[string]bool{}
 	for _, p := range parts {
-		bindings, _ := layerBindings(p.resp, p.layer)
-		for _, b := range bindings {
+		lw, _ := layerBindings(p.resp, p.layer)
+		for _, b := range lw.GetBindings() {
 			expr, err := weights.BindingExpr(b, e.quant)
 			if err != nil {
 				return nil, fmt.Errorf("plugin binding for %s: %w", b.GetInput(), err)

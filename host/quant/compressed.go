@@ -116,7 +116,7 @@ func (r *resolver) compressedTensors(cfg config) error {
 	if r.weightsOnly { // static activation scales of schemes noted above
 		for _, k := range r.ckpt.Keys() {
 			for _, suffix := range []string{".input_scale", ".input_zero_point", ".input_global_scale", ".output_scale", ".output_zero_point"} {
-				if m, ok := strings.CutSuffix(k, suffix); ok && r.view.weights[m+".weight"] != nil {
+				if m, ok := strings.CutSuffix(k, suffix); ok && r.view.Has(m+".weight") {
 					r.hide(k, "activation scale: not carried into the float weights")
 				}
 			}
@@ -355,20 +355,22 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 	if w.Strategy == "tensor" && st.Elements() != 1 {
 		return fmt.Errorf("quantised weight %s: scale %v of per-tensor quantisation must be one value", key, st.Shape)
 	}
-	weight, err := r.add(key, g)
-	if err != nil {
-		return err
-	}
-	weight.Activation = g.activation
+	activation := g.activation
 	if g.activation != "" && isRoutedExpert(m) {
 		// transformers 5 holds routed experts fused, as parameters rather
 		// than Linear modules, and compressed-tensors quantises the inputs of
 		// Linear modules only: the experts' inputs stay in float there.
-		weight.Activation = ""
+		activation = ""
 		r.expertActivations++
 	}
-	if g.Format == ctPack && r.has(m+".weight_shape") {
-		r.view.parts[m+".weight_shape"] = key // the shape is derived from the packing and the scale
+	return r.add(key, g, activation)
+}
+
+// extraParts: a packed weight's weight_shape is part of it, though its
+// shape is derived from the packing and the scale.
+func (g *ctGroup) extraParts(c *checkpoint.Checkpoint, key string) []string {
+	if shape := strings.TrimSuffix(key, ".weight") + ".weight_shape"; g.Format == ctPack && hasTensor(c, shape) {
+		return []string{shape}
 	}
 	return nil
 }

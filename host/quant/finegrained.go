@@ -48,6 +48,7 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	if cfg.str("activation_scheme") == "dynamic" {
 		r.view.Notes = append(r.view.Notes, "activation_scheme dynamic: activations stay in the compute dtype (transformers dequantises FP8 weights on CPU and does the same)")
 	}
+	how := &blockFP8{block} // one dequantizer (a comparable pointer) for every weight
 	for _, k := range r.ckpt.Keys() {
 		t, _ := r.tensor(k)
 		if t.DType != "F8_E4M3" {
@@ -56,19 +57,19 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 			}
 			continue
 		}
-		scale := k + "_scale_inv" // weight -> weight_scale_inv; gate_up_proj -> gate_up_proj_scale_inv
+		scale := k + fp8ScaleSuffix
 		if _, ok := r.tensor(scale); !ok {
 			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
 		}
 		if block == nil && !scalarShape(r.ckpt, scale) {
 			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale)
 		}
-		if _, err := r.add(k, blockFP8{block}); err != nil {
+		if err := r.add(k, how, ""); err != nil {
 			return err
 		}
 	}
 	for _, k := range r.ckpt.Keys() {
-		if base, ok := strings.CutSuffix(k, ".input_scale"); ok && r.view.weights[base+".weight"] != nil {
+		if base, ok := strings.CutSuffix(k, ".input_scale"); ok && r.view.Has(base+".weight") {
 			if static {
 				r.hide(k, "static activation scale")
 				continue
@@ -79,12 +80,16 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	return nil
 }
 
+// fp8ScaleSuffix names a fine-grained FP8 weight's scale: weight ->
+// weight_scale_inv, gate_up_proj -> gate_up_proj_scale_inv.
+const fp8ScaleSuffix = "_scale_inv"
+
 // blockFP8 dequantises an FP8 weight with its <weight>_scale_inv, one per
 // block of the block size, or one for the tensor.
 type blockFP8 struct{ block []int64 }
 
 func (b blockFP8) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
-	scale := key + "_scale_inv" // weight -> weight_scale_inv; gate_up_proj -> gate_up_proj_scale_inv
+	scale := key + fp8ScaleSuffix
 	var ints []int64
 	if !scalarShape(c, scale) {
 		ints = b.block

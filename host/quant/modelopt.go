@@ -117,14 +117,12 @@ func (r *resolver) modelOptModule(m, algo string, group int64) error {
 		if _, ok := r.tensor(scale2); !ok {
 			return fmt.Errorf("module %s is NVFP4 but %s, its second-level scale, is missing from the checkpoint", m, scale2)
 		}
-		_, err := r.add(key, nvfp4{group})
-		return err
+		return r.add(key, nvfp4{group}, "")
 	default:
 		if w.DType != "F8_E4M3" {
 			return fmt.Errorf("tensor %s is %s, but ModelOpt FP8 weights are F8_E4M3", key, w.DType)
 		}
-		_, err := r.add(key, modelOptFP8{})
-		return err
+		return r.add(key, modelOptFP8{}, "")
 	}
 }
 

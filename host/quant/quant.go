@@ -93,10 +93,54 @@ type View struct {
 	// MXFP4 blocks and scales, which its SDK layer dequantises).
 	PluginHandled bool
 
-	weights map[string]*Weight
-	lookup  transform.Lookup  // types the stored tensors
-	parts   map[string]string // stored key -> logical key it is part of
-	hidden  map[string]string // stored key -> why it is not a weight (activation, KV scales)
+	// weights are the quantised weights by logical key, each the index of
+	// its dequantizer and activation scheme: a Weight is made when asked.
+	// Qwen3-235B-FP8's 44,000 Weights were 8 MB of the export's peak heap.
+	weights      map[string]weightRef
+	dequantizers []dequantizer
+	activations  []string // activation schemes by index; 0 is none
+	ckpt         *checkpoint.Checkpoint
+	lookup       transform.Lookup // types the stored tensors
+	// parts are the stored tensors of quantised weights other than their
+	// logical keys: true for the tensor of a weight's values (a packed
+	// weight), false for scales, zero points and packing shapes.
+	parts  map[string]bool
+	hidden map[string]string // stored key -> why it is not a weight (activation, KV scales)
+}
+
+// weightRef is a quantised weight's dequantizer and activation scheme.
+type weightRef struct {
+	how, activation uint16
+}
+
+// Has reports whether key is a quantised weight's logical key.
+func (v *View) Has(key string) bool {
+	if v == nil {
+		return false
+	}
+	_, ok := v.weights[key]
+	return ok
+}
+
+// Len is the number of quantised weights.
+func (v *View) Len() int {
+	if v == nil {
+		return 0
+	}
+	return len(v.weights)
+}
+
+// Activation is how the inputs of the linear layer whose weight has
+// logical key are quantised ("" : they are not, or key is no quantised
+// weight).
+func (v *View) Activation(key string) string {
+	if v == nil {
+		return ""
+	}
+	if ref, ok := v.weights[key]; ok {
+		return v.activations[ref.activation]
+	}
+	return ""
 }
 
 // Quantized reports whether the checkpoint holds quantised weights strata
@@ -108,8 +152,15 @@ func (v *View) Weight(key string) (*Weight, bool) {
 	if v == nil {
 		return nil, false
 	}
-	w, ok := v.weights[key]
-	return w, ok
+	ref, ok := v.weights[key]
+	if !ok {
+		return nil, false
+	}
+	how := v.dequantizers[ref.how]
+	e := how.expr(v.ckpt, key)
+	_ = e.Infer(v.lookup) // checked when the weight was found
+	return &Weight{Key: key, Shape: e.Type.Shape, Values: e.Keys()[0], Activation: v.activations[ref.activation],
+		how: how, ckpt: v.ckpt}, true
 }
 
 // Weights lists the quantised weights by logical key.
@@ -117,12 +168,22 @@ func (v *View) Weights() []*Weight {
 	if v == nil {
 		return nil
 	}
-	out := make([]*Weight, 0, len(v.weights))
-	for _, w := range v.weights {
-		out = append(out, w)
+	keys := make([]string, 0, len(v.weights))
+	for k := range v.weights {
+		keys = append(keys, k)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	sort.Strings(keys)
+	out := make([]*Weight, len(keys))
+	for i, k := range keys {
+		out[i], _ = v.Weight(k)
+	}
 	return out
+}
+
+// extraParts: stored tensors of a weight its dequantisation does not read
+// (a packed weight's weight_shape, derived from the packing and the scale).
+type extraParts interface {
+	extraParts(c *checkpoint.Checkpoint, logical string) []string
 }
 
 // Stored reports whether key is a stored part of a quantised weight (a
@@ -136,9 +197,11 @@ func (v *View) Stored(key string) bool {
 	if _, logical := v.weights[key]; logical {
 		return false
 	}
+	if _, hidden := v.hidden[key]; hidden {
+		return true
+	}
 	_, part := v.parts[key]
-	_, hidden := v.hidden[key]
-	return part || hidden
+	return part
 }
 
 // Auxiliary reports whether key is a stored tensor that is no parameter:
@@ -147,8 +210,8 @@ func (v *View) Auxiliary(key string) bool {
 	if !v.Stored(key) {
 		return false
 	}
-	logical, ok := v.parts[key]
-	return !ok || v.weights[logical].Values != key
+	values, part := v.parts[key]
+	return !part || !values
 }
 
 // Expand replaces each leaf of e that names a quantised weight by its
@@ -158,8 +221,8 @@ func (v *View) Expand(e *transform.Expr) *transform.Expr {
 		return e
 	}
 	if e.IsLeaf() {
-		if w, ok := v.weights[e.Key]; ok {
-			return w.Dequant()
+		if ref, ok := v.weights[e.Key]; ok {
+			return v.dequantizers[ref.how].expr(v.ckpt, e.Key)
 		}
 		return e
 	}
@@ -178,7 +241,7 @@ func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 	keys := ckpt.Keys()
 	out := make([]*pb.TensorInfo, 0, len(keys))
 	for _, k := range keys {
-		if _, quantized := v.Weight(k); quantized || v.Stored(k) {
+		if v.Has(k) || v.Stored(k) {
 			continue
 		}
 		t, _ := ckpt.Tensor(k)
@@ -212,8 +275,8 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly,
-		view: &View{weights: map[string]*Weight{}, parts: map[string]string{}, hidden: map[string]string{}}}
+	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly, how: map[dequantizer]uint16{},
+		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, parts: map[string]bool{}, hidden: map[string]string{}}}
 	r.view.lookup = r.lookup
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
@@ -277,6 +340,7 @@ type resolver struct {
 	expertActivations int
 	// weightsOnly: the reader reads weights, not the model's math (ReadWeights).
 	weightsOnly bool
+	how         map[dequantizer]uint16 // index of each in view.dequantizers
 }
 
 // unsupportedActivations refuses what strata cannot compute of activation
@@ -310,21 +374,45 @@ func (r *resolver) scheme(cfg config) error {
 // tensor is a stored tensor's dtype and shape, if present.
 func (r *resolver) tensor(key string) (*checkpoint.Tensor, bool) { return r.ckpt.Tensor(key) }
 
-// add records a quantised weight: its logical key, the expression over its
-// stored parts (built and checked against their types now, built again
-// when a binding needs it), and those parts; the first is its values.
-func (r *resolver) add(key string, how dequantizer) (*Weight, error) {
+// stored is key as the checkpoint holds it, if it does: one string for
+// both (expressions name scales by concatenation, 3 MB of copies).
+func (r *resolver) stored(key string) string {
+	if t, ok := r.ckpt.Tensor(key); ok {
+		return t.Key
+	}
+	return key
+}
+
+// add records a quantised weight: its logical key, with its dequantizer
+// and activation scheme. The expression over its stored parts is built
+// and checked against their types now, and built again when asked.
+func (r *resolver) add(key string, how dequantizer, activation string) error {
 	e := how.expr(r.ckpt, key)
 	if err := e.Infer(r.lookup); err != nil {
-		return nil, fmt.Errorf("quantised weight %s: %w", key, err)
+		return fmt.Errorf("quantised weight %s: %w", key, err)
 	}
-	keys := e.Keys()
-	w := &Weight{Key: key, Shape: e.Type.Shape, Values: keys[0], how: how, ckpt: r.ckpt}
-	r.view.weights[key] = w
-	for _, k := range keys {
-		r.view.parts[k] = key
+	i, ok := r.how[how]
+	if !ok {
+		i = uint16(len(r.view.dequantizers))
+		r.how[how] = i
+		r.view.dequantizers = append(r.view.dequantizers, how)
 	}
-	return w, nil
+	a := slices.Index(r.view.activations, activation)
+	if a < 0 {
+		a = len(r.view.activations)
+		r.view.activations = append(r.view.activations, activation)
+	}
+	r.view.weights[r.stored(key)] = weightRef{how: i, activation: uint16(a)}
+	parts := e.Keys()
+	if x, ok := how.(extraParts); ok {
+		parts = append(parts, x.extraParts(r.ckpt, key)...)
+	}
+	for j, k := range parts {
+		if k != key {
+			r.view.parts[r.stored(k)] = j == 0 // the first is the values
+		}
+	}
+	return nil
 }
 
 // dequant is the dequant expression of args with block ints (nil: none).

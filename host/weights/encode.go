@@ -35,6 +35,9 @@ func appendWeight(b []byte, w *Weight) []byte {
 	if w.Transform != nil {
 		b = append(b, `,"transform":`...)
 		b = appendExpr(b, w.Transform)
+	} else if w.packed != nil {
+		b = append(b, `,"transform":`...)
+		b, _ = appendPacked(b, w.packed, 0)
 	}
 	if d := w.Data; d != nil {
 		b = append(b, `,"data":{"file":`...)
@@ -67,6 +70,35 @@ func appendSource(b []byte, s *Source) []byte {
 // appendExpr writes the fields transform.Expr's tags name, empty ones
 // omitted.
 func appendExpr(b []byte, e *transform.Expr) []byte {
+	return appendExprNode(b, e, len(e.Args), func(b []byte, i int) []byte {
+		if e.Args[i] == nil {
+			return append(b, "null"...)
+		}
+		return appendExpr(b, e.Args[i])
+	})
+}
+
+// appendPacked writes p's node i as appendExpr writes the expression it
+// packs, and returns the index after its subtree.
+func appendPacked(b []byte, p transform.Packed, i int) ([]byte, int) {
+	key, op, args := p.Node(i)
+	if op == nil { // a leaf, as appendExpr writes one
+		if key == "" {
+			return append(b, "{}"...), i + 1
+		}
+		b = append(b, `{"key":`...)
+		return append(appendString(b, key), '}'), i + 1
+	}
+	next := i + 1
+	b = appendExprNode(b, op, args, func(b []byte, _ int) []byte {
+		b, next = appendPacked(b, p, next)
+		return b
+	})
+	return b, next
+}
+
+// appendExprNode writes e's fields, its args (n of them) by appendArg.
+func appendExprNode(b []byte, e *transform.Expr, n int, appendArg func([]byte, int) []byte) []byte {
 	b = append(b, '{')
 	comma := false
 	field := func(name string) {
@@ -86,18 +118,14 @@ func appendExpr(b []byte, e *transform.Expr) []byte {
 		field("op")
 		b = appendString(b, e.Op)
 	}
-	if len(e.Args) > 0 {
+	if n > 0 {
 		field("args")
 		b = append(b, '[')
-		for i, a := range e.Args {
+		for i := range n {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			if a == nil {
-				b = append(b, "null"...)
-				continue
-			}
-			b = appendExpr(b, a)
+			b = appendArg(b, i)
 		}
 		b = append(b, ']')
 	}

@@ -33,7 +33,7 @@ func TestWeightEncodingIsJSONMarshal(t *testing.T) {
 		if depth == 0 || rng.IntN(3) == 0 {
 			return transform.Leaf(str())
 		}
-		e := &transform.Expr{Op: str(), Ints: ints(), Axis: rng.Int64N(3) - 1, Start: rng.Int64N(2), End: rng.Int64N(5), Step: rng.Int64N(2), To: str()}
+		e := &transform.Expr{Op: "op" + str(), Ints: ints(), Axis: rng.Int64N(3) - 1, Start: rng.Int64N(2), End: rng.Int64N(5), Step: rng.Int64N(2), To: str()}
 		for range rng.IntN(4) {
 			e.Args = append(e.Args, expr(depth-1))
 		}
@@ -59,6 +59,14 @@ func TestWeightEncodingIsJSONMarshal(t *testing.T) {
 		}
 		if got := appendWeight(nil, &w); string(got) != string(want) {
 			t.Fatalf("weight %d: encoded\n%s\nwant\n%s", i, got, want)
+		}
+		packed := w // as a table holds it once lowered
+		packed.Transform, packed.packed = nil, w.Transform.Pack()
+		if got := appendWeight(nil, &packed); string(got) != string(want) {
+			t.Fatalf("weight %d packed: encoded\n%s\nwant\n%s", i, got, want)
+		}
+		if w.Transform != nil && packed.Expr().Digest() != w.Transform.Digest() {
+			t.Fatalf("weight %d: unpacked %s, want %s", i, packed.Expr(), w.Transform)
 		}
 	}
 	spec := &Spec{Format: SpecFormat, Version: SpecVersion, Mode: Reference, Files: []File{{Path: "checkpoint/a.safetensors", Kind: KindCheckpoint}},

@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"path"
 	"sort"
@@ -40,7 +41,7 @@ type Table struct {
 	compute dtype.DType
 	mode    string
 	b       *graph.Builder
-	byExpr  map[string]string // canonical expression -> graph value
+	byExpr  map[[sha256.Size]byte]string // expression digest -> graph value
 	weights map[string]*pending
 	order   []string                       // graph values in first-use order
 	inits   map[string]*onnxpb.TensorProto // initializers added
@@ -52,18 +53,30 @@ type Table struct {
 	// ShardBytes bounds each materialised data file (0: DefaultShardBytes).
 	ShardBytes int64
 	shards     []dataShard // set by Layout
+	scratch    []byte      // for expression digests
 }
 
 type pending struct {
 	spec Weight
-	expr *transform.Expr
+	expr *transform.Expr // until placed, in reference mode (then spec.packed, or the key it names)
+}
+
+// sourceKeys are the tensors w reads.
+func (w *pending) sourceKeys() []string {
+	switch {
+	case w.expr != nil:
+		return w.expr.Keys()
+	case w.spec.packed != nil:
+		return w.spec.packed.Keys()
+	}
+	return []string{w.spec.Name} // a tensor as stored is named by its key
 }
 
 // NewTable collects the weights of ckpt into b, in mode (Reference or
 // Materialize, writing to dataPath).
 func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
 	return &Table{ckpt: ckpt, quant: q, compute: compute, mode: mode, b: b, DataPath: dataPath,
-		byExpr: map[string]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
+		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
 // Value returns the graph value for a weight binding, adding what it needs
@@ -80,21 +93,29 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
 	}
-	canonical := e.Canonical()
-	if v, ok := t.byExpr[canonical]; ok {
+	var digest [sha256.Size]byte
+	digest, t.scratch = e.AppendDigest(t.scratch)
+	if v, ok := t.byExpr[digest]; ok {
 		return v, nil
 	}
 	if _, taken := t.weights[name]; taken {
 		return "", fmt.Errorf("two different weights are both named %s", name)
 	}
-	w := &pending{expr: e, spec: Weight{Name: name, DType: dtype.Name(e.Type.DType), Shape: e.Type.Shape, Sources: t.sources(e)}}
+	for _, key := range e.Keys() { // the sources' files, in first-use order
+		tensor, _ := t.ckpt.Tensor(key)
+		t.checkpointFile(tensor.Shard)
+	}
+	w := &pending{expr: e, spec: Weight{Name: name, DType: dtype.Name(e.Type.DType), Shape: e.Type.Shape}}
 	if !e.IsLeaf() {
 		w.spec.Transform = e
 	}
 	if err := t.place(w); err != nil {
 		return "", err
 	}
-	t.byExpr[canonical] = name
+	if t.mode == Reference { // lowered: what remains is for the spec
+		w.spec.Transform, w.spec.packed, w.expr = nil, w.spec.Transform.Pack(), nil
+	}
+	t.byExpr[digest] = name
 	t.weights[name] = w
 	t.order = append(t.order, name)
 	return name, nil
@@ -193,8 +214,7 @@ func (t *Table) lookup(key string) (transform.Type, error) {
 	return transform.Type{DType: info.ONNX, Shape: tensor.Shape}, nil
 }
 
-func (t *Table) sources(e *transform.Expr) []Source {
-	keys := e.Keys()
+func (t *Table) sources(keys []string) []Source {
 	out := make([]Source, 0, len(keys))
 	for _, key := range keys {
 		tensor, _ := t.ckpt.Tensor(key)
@@ -295,11 +315,15 @@ func (t *Table) addFile(f File) int {
 	return t.files[f.Path]
 }
 
-// Weights lists every graph weight, sorted by name.
+// Weights lists every graph weight, sorted by name. Their sources are
+// found now, not as weights are placed, when the graph is the heap's peak
+// (Qwen3-235B-FP8's are 9 MB).
 func (t *Table) Weights() []Weight {
 	out := make([]Weight, 0, len(t.weights))
 	for _, w := range t.weights {
-		out = append(out, w.spec)
+		spec := w.spec
+		spec.Sources = t.sources(w.sourceKeys())
+		out = append(out, spec)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

@@ -99,7 +99,7 @@ func TestTableNamesDedupesAndRecords(t *testing.T) {
 			}
 			for _, w := range ws {
 				if w.Name == "layers.0/mlp.experts::float32" {
-					if len(w.Sources) != 3 || w.Transform == nil || w.DType != "float32" || len(w.Shape) != 3 || w.Shape[0] != 3 {
+					if len(w.Sources) != 3 || w.Expr() == nil || w.DType != "float32" || len(w.Shape) != 3 || w.Shape[0] != 3 {
 						t.Errorf("stacked weight recorded as %+v", w)
 					}
 				}

@@ -76,7 +76,7 @@ type Stitcher struct {
 	// From the windows' models: the first's producer, their metadata, specs.
 	producer, producerVersion string
 	props                     map[string]string
-	specs                     []*weights.Spec
+	specs                     weights.Merger
 	last                      *Span // the window added last
 }
 
@@ -140,7 +140,7 @@ func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, er
 	for _, v := range s.io.Outputs {
 		s.b.OutputInfo(v.Info())
 	}
-	spec, err := weights.Merge(s.specs)
+	spec, err := s.specs.Spec()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -154,7 +154,9 @@ func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, er
 // metadata) and checks its other metadata agrees with the earlier windows'.
 func (s *Stitcher) keepMetadata(w Model) error {
 	if w.Spec != nil {
-		s.specs = append(s.specs, w.Spec)
+		if err := s.specs.Add(w.Spec); err != nil {
+			return err
+		}
 	}
 	for _, p := range w.Proto.GetMetadataProps() {
 		switch p.GetKey() {
@@ -165,7 +167,9 @@ func (s *Stitcher) keepMetadata(w Model) error {
 				if err != nil {
 					return err
 				}
-				s.specs = append(s.specs, spec)
+				if err := s.specs.Add(spec); err != nil {
+					return err
+				}
 			}
 		default:
 			if prev, ok := s.props[p.GetKey()]; ok && prev != p.GetValue() {

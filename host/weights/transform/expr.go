@@ -6,6 +6,7 @@
 package transform
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strconv"
@@ -114,9 +115,23 @@ func (e *Expr) IsLeaf() bool { return e.Op == "" }
 // Keys lists the checkpoint tensors e reads, in order, each once.
 func (e *Expr) Keys() []string {
 	var keys []string
+	var seen map[string]bool // past a few keys (a stack of experts): a scan per leaf was quadratic
 	e.walk(func(x *Expr) {
-		if x.IsLeaf() && !slices.Contains(keys, x.Key) {
+		switch {
+		case !x.IsLeaf():
+		case seen != nil:
+			if !seen[x.Key] {
+				seen[x.Key] = true
+				keys = append(keys, x.Key)
+			}
+		case !slices.Contains(keys, x.Key):
 			keys = append(keys, x.Key)
+			if len(keys) == 16 {
+				seen = make(map[string]bool, 64)
+				for _, k := range keys {
+					seen[k] = true
+				}
+			}
 		}
 	})
 	return keys
@@ -129,10 +144,19 @@ func (e *Expr) walk(fn func(*Expr)) {
 	}
 }
 
-// Canonical is a string that equals another's exactly when both
-// expressions compute the same thing from the same tensors.
-func (e *Expr) Canonical() string {
-	return string(e.appendCanonical(make([]byte, 0, 64)))
+// Digest is the SHA-256 of e's canonical encoding: two expressions have the
+// same digest exactly when they compute the same thing from the same
+// tensors. A table of 73,000 weights keys on it, not on the encodings (6 MB).
+func (e *Expr) Digest() [sha256.Size]byte {
+	d, _ := e.AppendDigest(nil)
+	return d
+}
+
+// AppendDigest is Digest with scratch space for the encoding, returned
+// for the next call (a stack of 160 experts encodes to 20 kB).
+func (e *Expr) AppendDigest(scratch []byte) ([sha256.Size]byte, []byte) {
+	scratch = e.appendCanonical(scratch[:0])
+	return sha256.Sum256(scratch), scratch
 }
 
 // appendCanonical writes every field in a fixed order, strings quoted, so

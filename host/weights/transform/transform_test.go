@@ -208,16 +208,16 @@ func TestCanonicalTellsExpressionsApart(t *testing.T) {
 		{Op: OpSlice, Args: []*Expr{a}, Start: 12, Step: 1},
 		{Op: OpSlice, Args: []*Expr{a}, Start: 1, End: 21},
 	}
-	seen := map[string]int{}
+	seen := map[[32]byte]int{}
 	for i, e := range distinct {
-		c := e.Canonical()
+		c := e.Digest()
 		if j, ok := seen[c]; ok {
-			t.Errorf("expressions %d (%s) and %d (%s) have the same canonical form %s", j, distinct[j], i, e, c)
+			t.Errorf("expressions %d (%s) and %d (%s) have the same digest %x", j, distinct[j], i, e, c)
 		}
 		seen[c] = i
 		same := &Expr{Key: e.Key, Op: e.Op, Args: e.Args, Ints: append([]int64(nil), e.Ints...), Axis: e.Axis, Start: e.Start, End: e.End, Step: e.Step, To: e.To}
-		if got := same.Canonical(); got != c {
-			t.Errorf("a copy of %s has canonical form %s, want %s", e, got, c)
+		if got := same.Digest(); got != c {
+			t.Errorf("a copy of %s has digest %x, want %x", e, got, c)
 		}
 	}
 }

@@ -1,0 +1,74 @@
+package transform
+
+// Packed is an expression stored flat, in prefix order, for holding many
+// once they are lowered: a leaf is its key, 32 bytes where an Expr is 160.
+// Qwen3-235B-FP8's stacks of dequantised experts are 88,000 leaves, 14 MB
+// as trees until the weight spec is written.
+type Packed []packedNode
+
+type packedNode struct {
+	key  string // a leaf's key
+	op   *Expr  // an operation's fields, without its arguments (nil: a leaf)
+	args int32  // how many arguments follow
+}
+
+// Pack flattens e (nil for nil).
+func (e *Expr) Pack() Packed {
+	if e == nil {
+		return nil
+	}
+	var p Packed
+	e.walk(func(x *Expr) {
+		if x.IsLeaf() {
+			p = append(p, packedNode{key: x.Key})
+			return
+		}
+		op := &Expr{Op: x.Op, Ints: x.Ints, Axis: x.Axis, Start: x.Start, End: x.End, Step: x.Step, To: x.To}
+		p = append(p, packedNode{op: op, args: int32(len(x.Args))})
+	})
+	return p
+}
+
+// Unpack rebuilds the expression (untyped; nil for an empty Packed).
+func (p Packed) Unpack() *Expr {
+	if len(p) == 0 {
+		return nil
+	}
+	e, _ := p.unpack(0)
+	return e
+}
+
+// unpack rebuilds the node at i and returns the index after its subtree.
+func (p Packed) unpack(i int) (*Expr, int) {
+	n := p[i]
+	if n.op == nil {
+		return Leaf(n.key), i + 1
+	}
+	e := *n.op
+	e.Args = make([]*Expr, n.args)
+	next := i + 1
+	for a := range e.Args {
+		e.Args[a], next = p.unpack(next)
+	}
+	return &e, next
+}
+
+// Node is node i: a leaf's key, or an operation without its arguments and
+// how many arguments follow it.
+func (p Packed) Node(i int) (key string, op *Expr, args int) {
+	return p[i].key, p[i].op, int(p[i].args)
+}
+
+// Keys lists the checkpoint tensors the expression reads, in order, each
+// once (as Expr.Keys).
+func (p Packed) Keys() []string {
+	var keys []string
+	seen := make(map[string]bool, len(p))
+	for _, n := range p {
+		if n.op == nil && !seen[n.key] {
+			seen[n.key] = true
+			keys = append(keys, n.key)
+		}
+	}
+	return keys
+}
