@@ -27,7 +27,10 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args, os.Stdout, os.Stderr)) }
+func main() {
+	tuneGC()
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
 
 // run executes the CLI and returns the process exit code. Ctrl-C cancels the
 // command's context, so plugins are stopped and partial outputs removed; a

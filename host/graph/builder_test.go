@@ -153,6 +153,12 @@ func heldBuilder(t *testing.T) *Builder {
 	b.Input("x", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
 	b.Output("y", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
 	b.Node(&onnxpb.NodeProto{OpType: "Add", Input: []string{"x", "a"}, Output: []string{"y"}})
+	for i := range 200 { // nodes with attributes, written one at a time
+		b.Node(&onnxpb.NodeProto{Name: "n" + strconv.Itoa(i), OpType: "Constant", Output: []string{"k" + strconv.Itoa(i)},
+			Attribute: []*onnxpb.AttributeProto{{Name: "value", Type: onnxpb.AttributeProto_TENSOR,
+				T: &onnxpb.TensorProto{DataType: int32(onnxpb.TensorProto_INT64), Dims: []int64{int64(i % 4)}, Int64Data: make([]int64, i%4)}},
+				{Name: "axes", Type: onnxpb.AttributeProto_INTS, Ints: []int64{int64(i), -1}}}})
+	}
 	b.Initializer(&onnxpb.TensorProto{Name: "c", DataType: int32(onnxpb.TensorProto_FLOAT), Dims: []int64{1}, FloatData: []float32{2}})
 	for i := range 3000 { // more than one chunk
 		b.ReferencedExternal("a."+strconv.Itoa(i), int32(onnxpb.TensorProto_FLOAT), []int64{int64(i)}, "checkpoint/x.safetensors", int64(4*i), 4)

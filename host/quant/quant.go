@@ -100,12 +100,8 @@ type View struct {
 	dequantizers []dequantizer
 	activations  []string // activation schemes by index; 0 is none
 	ckpt         *checkpoint.Checkpoint
-	lookup       transform.Lookup // types the stored tensors
-	// parts are the stored tensors of quantised weights other than their
-	// logical keys: true for the tensor of a weight's values (a packed
-	// weight), false for scales, zero points and packing shapes.
-	parts  map[string]bool
-	hidden map[string]string // stored key -> why it is not a weight (activation, KV scales)
+	lookup       transform.Lookup  // types the stored tensors
+	hidden       map[string]string // stored key -> why it is not a weight (activation, KV scales)
 }
 
 // weightRef is a quantised weight's dequantizer and activation scheme.
@@ -200,7 +196,7 @@ func (v *View) Stored(key string) bool {
 	if _, hidden := v.hidden[key]; hidden {
 		return true
 	}
-	_, part := v.parts[key]
+	_, _, part := v.partOf(key)
 	return part
 }
 
@@ -210,9 +206,36 @@ func (v *View) Auxiliary(key string) bool {
 	if !v.Stored(key) {
 		return false
 	}
-	values, part := v.parts[key]
+	_, values, part := v.partOf(key)
 	return !part || !values
 }
+
+// partOf finds the quantised weight whose stored part key is by the names
+// the formats give their parts (values: key is its values, a packed
+// weight): a rule, not a map of 88,000 parts. Read checked that the rule
+// names exactly the tensors each weight's dequantisation reads.
+func (v *View) partOf(key string) (logical string, values, ok bool) {
+	for _, suffix := range partSuffixes {
+		base, cut := strings.CutSuffix(key, suffix)
+		if !cut {
+			continue
+		}
+		if suffix != fp8ScaleSuffix {
+			base += ".weight"
+		}
+		if _, ok := v.weights[base]; ok {
+			return base, suffix == packedSuffix, true
+		}
+	}
+	return "", false, false
+}
+
+// packedSuffix names a packed weight's values (compressed-tensors).
+const packedSuffix = ".weight_packed"
+
+// partSuffixes end the names of quantised weights' stored parts: fine-
+// grained FP8's scale on any weight key, the others on the module.
+var partSuffixes = []string{fp8ScaleSuffix, packedSuffix, ".weight_scale", ".weight_scale_2", ".weight_zero_point", ".weight_shape"}
 
 // Expand replaces each leaf of e that names a quantised weight by its
 // dequantisation (a fresh copy), leaving every other leaf as it is.
@@ -276,7 +299,7 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 		return nil, err
 	}
 	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly, how: map[dequantizer]uint16{},
-		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, parts: map[string]bool{}, hidden: map[string]string{}}}
+		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, hidden: map[string]string{}}, parts: map[string]bool{}}
 	r.view.lookup = r.lookup
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
@@ -341,6 +364,10 @@ type resolver struct {
 	// weightsOnly: the reader reads weights, not the model's math (ReadWeights).
 	weightsOnly bool
 	how         map[dequantizer]uint16 // index of each in view.dequantizers
+	// parts are the stored tensors each weight's dequantisation reads
+	// (true: its values), beside their logical keys: what View.partOf's
+	// naming rule must find (strays).
+	parts map[string]bool
 }
 
 // unsupportedActivations refuses what strata cannot compute of activation
@@ -409,7 +436,7 @@ func (r *resolver) add(key string, how dequantizer, activation string) error {
 	}
 	for j, k := range parts {
 		if k != key {
-			r.view.parts[r.stored(k)] = j == 0 // the first is the values
+			r.parts[k] = j == 0 // the first is the values
 		}
 	}
 	return nil
@@ -449,7 +476,12 @@ func (r *resolver) strays() error {
 	}
 	var bad []string
 	for _, k := range r.ckpt.Keys() {
-		if _, quantized := r.view.weights[k]; quantized || r.view.Stored(k) {
+		values, part := r.parts[k]
+		logical, ruleValues, rulePart := r.view.partOf(k)
+		if part && (!rulePart || ruleValues != values) {
+			return fmt.Errorf("tensor %s is part of a quantised weight but not named as strata finds parts (%s): please report this checkpoint's layout", k, logical)
+		}
+		if _, quantized := r.view.weights[k]; quantized || part || r.view.hidden[k] != "" {
 			continue
 		}
 		t, _ := r.ckpt.Tensor(k)

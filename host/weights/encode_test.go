@@ -61,7 +61,7 @@ func TestWeightEncodingIsJSONMarshal(t *testing.T) {
 			t.Fatalf("weight %d: encoded\n%s\nwant\n%s", i, got, want)
 		}
 		packed := w // as a table holds it once lowered
-		packed.Transform, packed.packed = nil, w.Transform.Pack()
+		packed.Transform, packed.packed = nil, w.Transform.Pack(func(k string) string { return k })
 		if got := appendWeight(nil, &packed); string(got) != string(want) {
 			t.Fatalf("weight %d packed: encoded\n%s\nwant\n%s", i, got, want)
 		}

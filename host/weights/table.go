@@ -61,6 +61,14 @@ type pending struct {
 	expr *transform.Expr // until placed, in reference mode (then spec.packed, or the key it names)
 }
 
+// storedKey is key as the checkpoint holds it.
+func (t *Table) storedKey(key string) string {
+	if tensor, ok := t.ckpt.Tensor(key); ok {
+		return tensor.Key
+	}
+	return key
+}
+
 // sourceKeys are the tensors w reads.
 func (w *pending) sourceKeys() []string {
 	switch {
@@ -88,7 +96,7 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 		return "", err
 	}
 	if e.IsLeaf() || e.Op == transform.OpCast && e.Args[0].IsLeaf() {
-		name = e.Keys()[0]
+		name = t.storedKey(e.Keys()[0])
 	}
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
@@ -113,7 +121,7 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 		return "", err
 	}
 	if t.mode == Reference { // lowered: what remains is for the spec
-		w.spec.Transform, w.spec.packed, w.expr = nil, w.spec.Transform.Pack(), nil
+		w.spec.Transform, w.spec.packed, w.expr = nil, w.spec.Transform.Pack(t.storedKey), nil
 	}
 	t.byExpr[digest] = name
 	t.weights[name] = w
@@ -259,7 +267,7 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	}
 	tensor, _ := t.ckpt.Tensor(key)
 	info, _ := dtype.FromSafetensors(tensor.DType)
-	t.inits[key] = nil // added: only the name is kept
+	t.inits[tensor.Key] = nil // added: only the name is kept, the checkpoint's string
 	t.b.ReferencedExternal(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
 		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)
 	return key, nil
