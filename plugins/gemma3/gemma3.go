@@ -234,65 +234,38 @@ func ropes(m *decoder.Model) (full, local blocks.RoPE, err error) {
 	}
 	var fullCfg, localCfg hf.Config
 	fullName, localName := "rope_scaling", ""
-	hasFull, hasLocal := false, false
 	if nested {
 		if !params.Has("full_attention") && !params.Has("sliding_attention") {
 			return full, local, fmt.Errorf("config.json: rope_parameters must hold full_attention and sliding_attention objects (Gemma-3's per-layer-type RoPE)")
 		}
 		fullName, localName = "rope_parameters.full_attention", "rope_parameters.sliding_attention"
-		if fullCfg, hasFull, err = params.Object("full_attention"); err != nil {
+		if fullCfg, _, err = params.Object("full_attention"); err != nil {
 			return full, local, err
 		}
-		if localCfg, hasLocal, err = params.Object("sliding_attention"); err != nil {
+		if localCfg, _, err = params.Object("sliding_attention"); err != nil {
 			return full, local, err
 		}
-	} else if fullCfg, hasFull = m.Object("rope_scaling"); m.Err != nil {
+	} else if fullCfg, _ = m.Object("rope_scaling"); m.Err != nil {
 		return full, local, m.Err
 	}
-	if full, err = rope(m, fullCfg, hasFull, fullName, theta, "rope_theta"); err != nil {
+	if full, err = rope(m, fullCfg, fullName, theta, "rope_theta"); err != nil {
 		return full, local, err
 	}
-	local, err = rope(m, localCfg, hasLocal, localName, localTheta, "rope_local_base_freq")
+	local, err = rope(m, localCfg, localName, localTheta, "rope_local_base_freq")
 	return full, local, err
 }
 
 // rope is the RoPE of one layer type: c (named name, if present) gives
-// rope_type (default or linear), rope_theta (else theta, read from the
-// field where) and the linear factor.
-func rope(m *decoder.Model, c hf.Config, present bool, name string, theta float64, where string) (blocks.RoPE, error) {
-	r := blocks.RoPE{Type: "default", Base: theta, Dim: m.HeadDim, AttentionScaling: 1}
-	if present {
-		typ, err := c.StringOr("rope_type", "")
-		if err == nil && typ == "" {
-			typ, err = c.StringOr("type", "default")
-		}
-		if err != nil {
-			return r, err
-		}
-		if c.Has("rope_theta") {
-			where = name + ".rope_theta"
-		}
-		if r.Base, err = c.FloatOr("rope_theta", theta); err != nil {
-			return r, err
-		}
-		if c.Has("partial_rotary_factor") {
-			return r, fmt.Errorf("config.json: %s.partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head", name)
-		}
-		switch r.Type = typ; typ {
-		case "default":
-		case "linear":
-			if r.Factor, err = c.Float("factor"); err != nil {
-				return r, err
-			}
-			if !(r.Factor > 0) || math.IsInf(r.Factor, 0) {
-				return r, fmt.Errorf("config.json: %s.factor must be a finite number > 0, got %g", name, r.Factor)
-			}
-		default:
-			return r, fmt.Errorf("config.json: %s: rope type %q is not supported by the gemma3 plugin (supported: default, linear)", name, typ)
-		}
+// its kind and parameters (blocks.RoPEFromParams) and rope_theta, else
+// theta, read from the field where. The plugin computes the kinds
+// checked against transformers' Gemma-3: default and linear.
+func rope(m *decoder.Model, c hf.Config, name string, theta float64, where string) (blocks.RoPE, error) {
+	if c.Has("partial_rotary_factor") {
+		return blocks.RoPE{}, fmt.Errorf("config.json: %s.partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head", name)
 	}
-	if !(r.Base > 0) || math.IsInf(r.Base, 0) {
-		return r, fmt.Errorf("config.json: %s must be a finite number > 0, got %g", where, r.Base)
+	r, err := blocks.RoPEFromParams(blocks.RoPEParams{Config: c, Name: name, Top: m.Config}, theta, where, m.HeadDim)
+	if err == nil && r.Type != "default" && r.Type != "linear" {
+		err = fmt.Errorf("config.json: %s: rope type %q is not supported by the gemma3 plugin (supported: default, linear)", name, r.Type)
 	}
-	return r, nil
+	return r, err
 }
