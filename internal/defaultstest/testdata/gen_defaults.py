@@ -21,10 +21,10 @@ ARCHS = {
     "mistral": {},
     "olmo2": {},
     "gemma3_text": {},
-    # longrope without original_max_position_embeddings or a factor: the
-    # class's top-level default is the one the rope uses.
+    # longrope with no top-level original_max_position_embeddings: the
+    # class's top-level default overrides the rope parameters' own.
     "phi3": {"rope_parameters": {"rope_type": "longrope", "short_factor": [1, 1, 1, 1],
-                                 "long_factor": [2, 2, 2, 2]}},
+                                 "long_factor": [2, 2, 2, 2], "original_max_position_embeddings": 32}},
 }
 
 
