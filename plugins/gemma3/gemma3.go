@@ -43,14 +43,25 @@ const (
 const mmPrefix = "language_model.model."
 
 var plugin = decoder.Plugin{Name: "gemma3", Version: "0.1.0", Architectures: []decoder.Architecture{{
-	ModelType: "gemma3_text", HFArchitectures: []string{"Gemma3ForCausalLM"}, Name: "Gemma3", Load: load,
+	ModelType: "gemma3_text", HFArchitectures: []string{"Gemma3ForCausalLM"}, Name: "Gemma3",
+	Defaults: defaults, Load: load,
 }, {
 	ModelType: "gemma3", HFArchitectures: []string{"Gemma3ForConditionalGeneration"}, Name: "Gemma3",
-	ConfigObject: "text_config", Prefix: mmPrefix, Load: loadConditional,
+	ConfigObject: "text_config", Prefix: mmPrefix, Defaults: defaults, Load: loadConditional,
 }}}
 
-// load applies Gemma3TextConfig's defaults, refuses what Gemma-3's math
-// does not have, and declares the sliding and full layer kinds.
+// defaults are Gemma3TextConfig's for the fields the plugin reads:
+// head_dim and num_key_value_heads fixed (not derived from the heads), tied
+// embeddings, the full layers' rope_theta and the sliding ones' base
+// (its default_theta's global and local).
+var defaults = map[string]any{
+	"head_dim": 256, "num_key_value_heads": 4, "rms_norm_eps": 1e-6, "tie_word_embeddings": true,
+	"rope_theta": 1e6, "rope_local_base_freq": 1e4, "max_position_embeddings": 131072,
+	"query_pre_attn_scalar": 256, "sliding_window": 4096, "hidden_activation": string(blocks.ActGELUTanh),
+}
+
+// load refuses what Gemma-3's math does not have and declares the sliding
+// and full layer kinds.
 func load(m *decoder.Model) error { return loadText(m, false) }
 
 // loadConditional loads the language model of a Gemma3ForConditionalGeneration
@@ -60,9 +71,6 @@ func load(m *decoder.Model) error { return loadText(m, false) }
 func loadConditional(m *decoder.Model) error { return loadText(m, true) }
 
 func loadText(m *decoder.Model, conditional bool) error {
-	if err := defaults(m); err != nil {
-		return err
-	}
 	if conditional {
 		tied, err := m.Top.BoolOr("tie_word_embeddings", true)
 		if err != nil {
@@ -81,7 +89,7 @@ func loadText(m *decoder.Model, conditional bool) error {
 	if err != nil {
 		return err
 	}
-	scalar := m.FloatOr("query_pre_attn_scalar", 256)
+	scalar := m.Float("query_pre_attn_scalar")
 	bias := m.BoolOr("attention_bias", false)
 	if m.Err != nil {
 		return m.Err
@@ -116,7 +124,7 @@ func loadText(m *decoder.Model, conditional bool) error {
 		if slices.Contains(m.Config.Keys(), "sliding_window") && !m.Config.Has("sliding_window") {
 			return fmt.Errorf("config.json: sliding_window is null, but layer_types names sliding_attention layers")
 		}
-		window := m.IntOr("sliding_window", 4096)
+		window := m.Int("sliding_window")
 		if m.Err != nil {
 			return m.Err
 		}
@@ -128,22 +136,6 @@ func loadText(m *decoder.Model, conditional bool) error {
 		m.Kind(kindSliding, "Gemma3SlidingDecoderLayer", body(ctxSlidingMask, localRoPE))
 		m.Note("sliding_attention layers keep a ctx_len KV cache like the others, masked to the last %d positions", window)
 	}
-	return m.Err
-}
-
-// defaults applies Gemma3TextConfig's defaults where they differ from the
-// common decoder's: head_dim 256 and num_key_value_heads 4 (not derived
-// from the heads), tied embeddings.
-func defaults(m *decoder.Model) error {
-	if !m.Config.Has("head_dim") {
-		m.HeadDim = 256
-	}
-	if !m.Config.Has("num_key_value_heads") {
-		if m.KVHeads = 4; m.Heads%m.KVHeads != 0 {
-			return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: Gemma3TextConfig's default 4)", m.Heads)
-		}
-	}
-	m.Tied = m.BoolOr("tie_word_embeddings", true)
 	return m.Err
 }
 
@@ -223,76 +215,49 @@ func layerTypes(m *decoder.Model) ([]bool, error) {
 
 // ropes reads the full layers' RoPE and the sliding layers' from either
 // form transformers reads: rope_parameters.{full_attention,
-// sliding_attention} (what transformers 5 saves), or rope_theta (default
-// 1e6) with rope_scaling for the full layers and rope_local_base_freq
-// (default 1e4) for the sliding ones (the Hub's configs).
+// sliding_attention} (what transformers 5 saves), or rope_theta with
+// rope_scaling for the full layers and rope_local_base_freq for the sliding
+// ones (the Hub's configs).
 func ropes(m *decoder.Model) (full, local blocks.RoPE, err error) {
-	theta, localTheta := m.FloatOr("rope_theta", 1e6), m.FloatOr("rope_local_base_freq", 1e4)
+	theta, localTheta := m.Float("rope_theta"), m.Float("rope_local_base_freq")
 	params, nested := m.Object("rope_parameters")
 	if m.Err != nil {
 		return full, local, m.Err
 	}
 	var fullCfg, localCfg hf.Config
 	fullName, localName := "rope_scaling", ""
-	hasFull, hasLocal := false, false
 	if nested {
 		if !params.Has("full_attention") && !params.Has("sliding_attention") {
 			return full, local, fmt.Errorf("config.json: rope_parameters must hold full_attention and sliding_attention objects (Gemma-3's per-layer-type RoPE)")
 		}
 		fullName, localName = "rope_parameters.full_attention", "rope_parameters.sliding_attention"
-		if fullCfg, hasFull, err = params.Object("full_attention"); err != nil {
+		if fullCfg, _, err = params.Object("full_attention"); err != nil {
 			return full, local, err
 		}
-		if localCfg, hasLocal, err = params.Object("sliding_attention"); err != nil {
+		if localCfg, _, err = params.Object("sliding_attention"); err != nil {
 			return full, local, err
 		}
-	} else if fullCfg, hasFull = m.Object("rope_scaling"); m.Err != nil {
+	} else if fullCfg, _ = m.Object("rope_scaling"); m.Err != nil {
 		return full, local, m.Err
 	}
-	if full, err = rope(m, fullCfg, hasFull, fullName, theta, "rope_theta"); err != nil {
+	if full, err = rope(m, fullCfg, fullName, theta, "rope_theta"); err != nil {
 		return full, local, err
 	}
-	local, err = rope(m, localCfg, hasLocal, localName, localTheta, "rope_local_base_freq")
+	local, err = rope(m, localCfg, localName, localTheta, "rope_local_base_freq")
 	return full, local, err
 }
 
 // rope is the RoPE of one layer type: c (named name, if present) gives
-// rope_type (default or linear), rope_theta (else theta, read from the
-// field where) and the linear factor.
-func rope(m *decoder.Model, c hf.Config, present bool, name string, theta float64, where string) (blocks.RoPE, error) {
-	r := blocks.RoPE{Type: "default", Base: theta, Dim: m.HeadDim, AttentionScaling: 1}
-	if present {
-		typ, err := c.StringOr("rope_type", "")
-		if err == nil && typ == "" {
-			typ, err = c.StringOr("type", "default")
-		}
-		if err != nil {
-			return r, err
-		}
-		if c.Has("rope_theta") {
-			where = name + ".rope_theta"
-		}
-		if r.Base, err = c.FloatOr("rope_theta", theta); err != nil {
-			return r, err
-		}
-		if c.Has("partial_rotary_factor") {
-			return r, fmt.Errorf("config.json: %s.partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head", name)
-		}
-		switch r.Type = typ; typ {
-		case "default":
-		case "linear":
-			if r.Factor, err = c.Float("factor"); err != nil {
-				return r, err
-			}
-			if !(r.Factor > 0) || math.IsInf(r.Factor, 0) {
-				return r, fmt.Errorf("config.json: %s.factor must be a finite number > 0, got %g", name, r.Factor)
-			}
-		default:
-			return r, fmt.Errorf("config.json: %s: rope type %q is not supported by the gemma3 plugin (supported: default, linear)", name, typ)
-		}
+// its kind and parameters (blocks.RoPEFromParams) and rope_theta, else
+// theta, read from the field where. The plugin computes the kinds
+// checked against transformers' Gemma-3: default and linear.
+func rope(m *decoder.Model, c hf.Config, name string, theta float64, where string) (blocks.RoPE, error) {
+	if c.Has("partial_rotary_factor") {
+		return blocks.RoPE{}, fmt.Errorf("config.json: %s.partial_rotary_factor is not supported by the gemma3 plugin: transformers' Gemma-3 rotates the whole head", name)
 	}
-	if !(r.Base > 0) || math.IsInf(r.Base, 0) {
-		return r, fmt.Errorf("config.json: %s must be a finite number > 0, got %g", where, r.Base)
+	r, err := blocks.RoPEFromParams(blocks.RoPEParams{Config: c, Name: name, Top: m.Config}, theta, where, m.HeadDim)
+	if err == nil && r.Type != "default" && r.Type != "linear" {
+		err = fmt.Errorf("config.json: %s: rope type %q is not supported by the gemma3 plugin (supported: default, linear)", name, r.Type)
 	}
-	return r, nil
+	return r, err
 }

@@ -55,7 +55,7 @@ func TestRefusals(t *testing.T) {
 			"rope_parameters must hold full_attention and sliding_attention objects"},
 		"bad local base": {func(m map[string]any) { delete(m, "rope_parameters"); m["rope_local_base_freq"] = -1.0 }, "rope_local_base_freq must be a finite number > 0"},
 		"default kv heads": {func(m map[string]any) { delete(m, "num_key_value_heads"); m["num_attention_heads"] = 6 },
-			"num_attention_heads (6) must be a multiple of num_key_value_heads (absent: Gemma3TextConfig's default 4)"},
+			"num_attention_heads (6) must be a multiple of num_key_value_heads (4) (config.json omits num_key_value_heads: model_type gemma3_text's default is 4"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

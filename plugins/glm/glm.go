@@ -32,6 +32,10 @@ var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []deco
 		{Name: optMTP, DefaultValue: mtpSkip, AllowedValues: []string{mtpSkip, mtpDraft},
 			Help: "skip: MTP weights stay out of the graphs; draft: also write the MTP layer as the draft model mtp.onnx, and model.onnx also outputs the hidden_states it reads"},
 	},
+	// Glm4MoeConfig's: partial rotary (it sets 0.5 when config.json has
+	// none, top-level or in rope_parameters), 8 KV heads, rms_norm_eps 1e-5.
+	Defaults: map[string]any{"partial_rotary_factor": 0.5, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
+		"max_position_embeddings": 131072},
 	Load: load,
 }}}
 
@@ -79,9 +83,6 @@ func load(m *decoder.Model) error {
 	case !(c.scale > 0):
 		return fmt.Errorf("config.json: routed_scaling_factor must be > 0, got %g", c.scale)
 	}
-	if err := defaultPartialRotary(m); err != nil {
-		return err
-	}
 	mtp, err := detectMTP(m)
 	if err != nil {
 		return err
@@ -107,24 +108,6 @@ func load(m *decoder.Model) error {
 		return l.PreNorm(attention(), &decoder.SwiGLU{Width: m.Intermediate})
 	})
 	return mtp.declare(m, c)
-}
-
-// defaultPartialRotary applies glm4_moe's default partial_rotary_factor of
-// 0.5 (Glm4MoeConfig sets it when the config.json has none; the common
-// reader's default is 1).
-func defaultPartialRotary(m *decoder.Model) error {
-	if m.Config.Has("partial_rotary_factor") {
-		return nil
-	}
-	if params, ok := m.Object("rope_parameters"); ok && params.Has("partial_rotary_factor") {
-		return nil
-	}
-	dim := m.HeadDim / 2
-	if dim < 2 || dim%2 != 0 {
-		return fmt.Errorf("config.json: rotary dimension %d (head_dim %d × the default partial_rotary_factor 0.5) must be even and at least 2", dim, m.HeadDim)
-	}
-	m.RoPE.Dim = dim
-	return nil
 }
 
 // kind: layers below first_k_dense_replace are dense, the rest MoE, as

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/strata-llm/strata/sdk/blocks"
@@ -28,9 +27,22 @@ var plugin = decoder.Plugin{Name: "gptoss", Version: "0.1.0", Architectures: []d
 	ModelType: "gpt_oss", HFArchitectures: []string{"GptOssForCausalLM"}, Name: "GptOss",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"mxfp4", "fused-interleaved"},
 		QuantizedFormats: []string{"mxfp4"}},
-	Options: []*pb.PluginOption{decoder.MoEStrategyOption()},
-	Load:    load,
+	Options:  []*pb.PluginOption{decoder.MoEStrategyOption()},
+	Defaults: defaults,
+	Load:     load,
 }}}
+
+// defaults are GptOssConfig's where they differ from the common decoder's:
+// head_dim 64 (not hidden/heads), num_key_value_heads 8 (not the heads),
+// rms_norm_eps 1e-5, rope_theta 150000 (its default_theta), and, when
+// config.json names no rope settings, its yarn rope (factor 32, beta_fast
+// 32, beta_slow 1, truncate false, original 4096; rope_parameters, when
+// present, is read instead).
+var defaults = map[string]any{
+	"head_dim": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_theta": 150000,
+	"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 32, "beta_fast": 32, "beta_slow": 1,
+		"truncate": false, "original_max_position_embeddings": 4096},
+}
 
 // config holds gpt-oss's own config.json fields.
 type config struct {
@@ -58,16 +70,10 @@ func load(m *decoder.Model) error {
 	case c.topK < 1 || c.topK > c.experts:
 		return fmt.Errorf("config.json: num_experts_per_tok %d must be in 1..num_local_experts (%d)", c.topK, c.experts)
 	}
-	if err := configDefaults(m); err != nil {
-		return err
-	}
 	if err := c.readLayerTypes(m); err != nil {
 		return err
 	}
 	if err := quantMethod(m); err != nil {
-		return err
-	}
-	if err := defaultRoPE(m); err != nil {
 		return err
 	}
 	c.layouts = map[int32]expertLayout{}
@@ -141,29 +147,6 @@ func (c *config) readLayerTypes(m *decoder.Model) error {
 	return nil
 }
 
-// configDefaults applies GptOssConfig's defaults where they differ from
-// the common decoder's: head_dim 64 (not hidden/heads), num_key_value_heads
-// 8 (not the heads), rms_norm_eps 1e-5.
-func configDefaults(m *decoder.Model) error {
-	if !m.Config.Has("rms_norm_eps") {
-		m.Eps = 1e-5
-	}
-	if !m.Config.Has("num_key_value_heads") {
-		m.KVHeads = 8
-		if m.Heads%m.KVHeads != 0 {
-			return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: gpt-oss's default 8)", m.Heads)
-		}
-	}
-	if !m.Config.Has("head_dim") {
-		m.HeadDim = 64
-		var err error
-		if m.RoPE, err = blocks.RoPEFromConfig(m.Config, m.HeadDim); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // quantMethod refuses a quantization_config other than MXFP4 (the release's).
 func quantMethod(m *decoder.Model) error {
 	q, ok := m.Object("quantization_config")
@@ -177,26 +160,6 @@ func quantMethod(m *decoder.Model) error {
 	if method != "mxfp4" {
 		return fmt.Errorf("config.json: quantization_config.quant_method %q is not supported by the gptoss plugin (mxfp4 only)", method)
 	}
-	return nil
-}
-
-// defaultRoPE applies GptOssConfig's rope default when config.json names
-// no rope settings at all: yarn, factor 32, beta_fast 32, beta_slow 1,
-// original_max_position_embeddings 4096, truncate false, rope_theta 150000
-// unless given.
-func defaultRoPE(m *decoder.Model) error {
-	if m.Config.Has("rope_parameters") || m.Config.Has("rope_scaling") {
-		return nil
-	}
-	theta := m.FloatOr("rope_theta", 150000)
-	if m.Err != nil {
-		return m.Err
-	}
-	if !(theta > 0) || theta == 1 || math.IsInf(theta, 0) {
-		return fmt.Errorf("config.json: rope_theta must be a finite number > 0 and ≠ 1 for yarn, got %g", theta)
-	}
-	m.RoPE = blocks.RoPE{Type: "yarn", Base: theta, Dim: m.RoPE.Dim, Factor: 32, OriginalMaxPositions: 4096,
-		BetaFast: 32, BetaSlow: 1, Truncate: false, AttentionScaling: 0.1*math.Log(32) + 1}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/hf"
 	"github.com/strata-llm/strata/sdk/plugintest"
@@ -223,7 +224,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("cache shape %v, want [batch_size, 8, ctx_len, 64]", shape)
 	}
 	ok, reasons := check(t, tinyModel(t, fused, func(c map[string]any) { delete(c, "num_key_value_heads") }))
-	if ok || !strings.Contains(reasons, "absent: gpt-oss's default 8") {
+	if ok || !strings.Contains(reasons, "config.json omits num_key_value_heads: model_type gpt_oss's default is 8") {
 		t.Errorf("4 heads, default 8 KV heads: supported=%v %q", ok, reasons)
 	}
 }
@@ -236,12 +237,14 @@ func TestDefaultRoPE(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &decoder.Model{Reader: &hf.Reader{Config: c}}
-		m.RoPE.Dim = 16
-		if err := defaultRoPE(m); err != nil {
+		if c, _, err = c.WithDefaults(defaults); err != nil {
 			t.Fatal(err)
 		}
-		return m
+		r, err := blocks.RoPEFromConfig(c, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &decoder.Model{Common: decoder.Common{RoPE: r}}
 	}
 	r := model(`{}`).RoPE
 	if r.Type != "yarn" || r.Base != 150000 || r.Factor != 32 || r.OriginalMaxPositions != 4096 || r.Truncate ||
@@ -251,7 +254,7 @@ func TestDefaultRoPE(t *testing.T) {
 	if r := model(`{"rope_theta": 20000}`).RoPE; r.Base != 20000 || r.Type != "yarn" {
 		t.Errorf("rope_theta alone: %+v", r)
 	}
-	if r := model(`{"rope_scaling": {"rope_type": "default"}}`).RoPE; r.Type != "" {
+	if r := model(`{"rope_scaling": {"rope_type": "default"}}`).RoPE; r.Type != "default" || r.Base != 150000 {
 		t.Errorf("rope settings present must be left to the SDK: %+v", r)
 	}
 }

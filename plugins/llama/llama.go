@@ -6,6 +6,8 @@ import "github.com/strata-llm/strata/sdk/decoder"
 // biases (tied embeddings, GQA, head_dim and rope are common config).
 var plugin = decoder.Plugin{Name: "llama", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "llama", HFArchitectures: []string{"LlamaForCausalLM"}, Name: "Llama", Load: load,
+	// LlamaConfig's other defaults are the common decoder's.
+	Defaults: map[string]any{"max_position_embeddings": 2048},
 }}}
 
 func load(m *decoder.Model) error {

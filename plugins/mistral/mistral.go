@@ -6,7 +6,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
@@ -16,17 +15,16 @@ func main() { sdk.Serve(plugin) }
 
 var plugin = decoder.Plugin{Name: "mistral", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "mistral", HFArchitectures: []string{"MistralForCausalLM"}, Name: "Mistral", Load: load,
+	// MistralConfig's: null num_key_value_heads is still the heads, null
+	// sliding_window full attention.
+	Defaults: map[string]any{"num_key_value_heads": 8, "sliding_window": 4096, "max_position_embeddings": 4096 * 32},
 }}}
 
-// load applies MistralConfig's defaults where they differ from the common
-// decoder's, refuses what Mistral's math does not have, and declares one
+// load refuses what Mistral's math does not have and declares one
 // layer kind: pre-norm attention (no biases, masked to the window when there
 // is one) and a SwiGLU MLP.
 func load(m *decoder.Model) error {
 	decoder.RequireSiLU(m.Reader, "mistral")
-	if err := kvHeads(m); err != nil {
-		return err
-	}
 	if err := refuse(m); err != nil {
 		return err
 	}
@@ -46,38 +44,21 @@ func load(m *decoder.Model) error {
 	return nil
 }
 
-// present reports whether config.json names key, null included (Has treats
-// null as absent; MistralConfig does not).
-func present(m *decoder.Model, key string) bool { return slices.Contains(m.Config.Keys(), key) }
-
 // slidingWindow is the window every layer attends to, 0 for full
-// attention: sliding_window when set, none when null, MistralConfig's
-// default 4096 when absent.
+// attention: sliding_window (MistralConfig's default when absent), none
+// when null.
 func slidingWindow(m *decoder.Model) (int, error) {
-	switch {
-	case !present(m, "sliding_window"):
-		m.Note("sliding_window is absent: MistralConfig's default 4096 applies")
-		return 4096, nil
-	case !m.Config.Has("sliding_window"):
+	if !m.Config.Has("sliding_window") {
 		return 0, nil
 	}
 	window := m.Int("sliding_window")
+	if m.Defaulted("sliding_window") {
+		m.Note("sliding_window is absent: MistralConfig's default %d applies", window)
+	}
 	if m.Err == nil && window < 1 {
 		return 0, fmt.Errorf("config.json: sliding_window must be positive (or null for full attention), got %d", window)
 	}
 	return window, m.Err
-}
-
-// kvHeads applies MistralConfig's num_key_value_heads default: 8 when
-// absent (the common decoder's default, the heads, only when null).
-func kvHeads(m *decoder.Model) error {
-	if present(m, "num_key_value_heads") {
-		return nil
-	}
-	if m.KVHeads = 8; m.Heads%m.KVHeads != 0 {
-		return fmt.Errorf("config.json: num_attention_heads (%d) must be a multiple of num_key_value_heads (absent: MistralConfig's default 8)", m.Heads)
-	}
-	return nil
 }
 
 // refuse refuses fields that would change the math: a partial rotary

@@ -43,7 +43,7 @@ func TestRefusals(t *testing.T) {
 		"unknown layer type": {func(m map[string]any) { m["layer_types"] = []string{"chunked_attention", "chunked_attention"} },
 			`layer_types[0] is "chunked_attention"`},
 		"default kv heads": {func(m map[string]any) { delete(m, "num_key_value_heads"); m["num_attention_heads"] = 4 },
-			"num_attention_heads (4) must be a multiple of num_key_value_heads (absent: MistralConfig's default 8)"},
+			"num_attention_heads (4) must be a multiple of num_key_value_heads (8) (config.json omits num_key_value_heads: model_type mistral's default is 8"},
 		"unsupported rope": {func(m map[string]any) { m["rope_parameters"] = map[string]any{"rope_type": "dynamic", "factor": 2.0} },
 			`rope type "dynamic" is not supported`},
 	}

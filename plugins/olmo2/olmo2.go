@@ -16,17 +16,14 @@ func main() { sdk.Serve(plugin) }
 
 var plugin = decoder.Plugin{Name: "olmo2", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "olmo2", HFArchitectures: []string{"Olmo2ForCausalLM"}, Name: "Olmo2", Load: load,
+	Defaults: map[string]any{"rms_norm_eps": 1e-5, "max_position_embeddings": 2048}, // Olmo2Config's
 }}}
 
-// load applies Olmo2Config's rms_norm_eps default (1e-5, not the common
-// 1e-6), refuses what OLMo-2's math does not have, and declares one layer
+// load refuses what OLMo-2's math does not have and declares one layer
 // kind: attention (q/k/v/o biases with attention_bias) and a SwiGLU MLP,
 // each followed by its norm before the residual add.
 func load(m *decoder.Model) error {
 	decoder.RequireSiLU(m.Reader, "olmo2")
-	if !m.Config.Has("rms_norm_eps") {
-		m.Eps = 1e-5
-	}
 	if m.RoPE.Dim != m.HeadDim {
 		return fmt.Errorf("config.json: partial_rotary_factor (rotary dimension %d of head_dim %d) is not supported by the olmo2 plugin: transformers' OLMo-2 rotates the whole head (its default rope ignores the factor)", m.RoPE.Dim, m.HeadDim)
 	}

@@ -19,17 +19,16 @@ func main() { sdk.Serve(plugin) }
 
 var plugin = decoder.Plugin{Name: "phi3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "phi3", HFArchitectures: []string{"Phi3ForCausalLM"}, Name: "Phi3", Load: load,
+	// Phi3Config's: original_max_position_embeddings is top-level, and
+	// transformers gives it priority over the rope parameters' own.
+	Defaults: map[string]any{"rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096},
 }}}
 
-// load applies Phi3Config's defaults where they differ from the common
-// decoder's, refuses what Phi-3's math does not have, and declares one
+// load refuses what Phi-3's math does not have and declares one
 // layer kind: pre-norm attention over the fused qkv_proj (masked to the
 // window when there is one) and a SwiGLU MLP over the fused gate_up_proj.
 func load(m *decoder.Model) error {
 	decoder.RequireSiLU(m.Reader, "phi3")
-	if !m.Config.Has("rms_norm_eps") {
-		m.Eps = 1e-5 // Phi3Config's default
-	}
 	if err := rope(m); err != nil {
 		return err
 	}
@@ -54,9 +53,7 @@ func load(m *decoder.Model) error {
 // rope refuses the rope settings where transformers' Phi3Config reads
 // config.json otherwise than the common decoder: the types it rejects or
 // renames, rope_scaling next to rope_parameters (Phi3Config prefers
-// rope_scaling), and for longrope a missing top-level
-// original_max_position_embeddings (Phi3Config's 4096 then overrides the
-// rope parameters' value) or a head_dim other than hidden/heads (its
+// rope_scaling), and for longrope a head_dim other than hidden/heads (its
 // factor-length check uses hidden/heads).
 func rope(m *decoder.Model) error {
 	r := m.RoPE
@@ -68,9 +65,6 @@ func rope(m *decoder.Model) error {
 	}
 	if r.Type != "longrope" {
 		return nil
-	}
-	if !m.Config.Has("original_max_position_embeddings") && r.OriginalMaxPositions != 4096 {
-		return fmt.Errorf("config.json: original_max_position_embeddings is absent, so Phi3Config's default 4096 overrides the rope parameters' %g; not supported by the phi3 plugin (set it at the top level)", r.OriginalMaxPositions)
 	}
 	if m.HeadDim != m.Hidden/m.Heads {
 		return fmt.Errorf("config.json: head_dim %d ≠ hidden_size / num_attention_heads (%d) with longrope is not supported by the phi3 plugin (Phi3Config sizes the factors by hidden_size / num_attention_heads)", m.HeadDim, m.Hidden/m.Heads)

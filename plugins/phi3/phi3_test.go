@@ -38,8 +38,6 @@ func TestRefusals(t *testing.T) {
 		"su": {func(m map[string]any) { longrope(m)["rope_type"] = "su" }, `rope type "su" is not supported`},
 		"rope_scaling and rope_parameters": {func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "default"} },
 			"rope_scaling next to rope_parameters is not supported by the phi3 plugin"},
-		"no top-level original max": {func(m map[string]any) { delete(m, "original_max_position_embeddings") },
-			"original_max_position_embeddings is absent, so Phi3Config's default 4096 overrides the rope parameters' 32"},
 		"explicit head_dim with longrope": {func(m map[string]any) {
 			m["head_dim"] = 32
 			longrope(m)["partial_rotary_factor"] = 0.375 // 12 rotated of 32: six factors, as of 16 × 0.75

@@ -3,6 +3,7 @@ package blocks
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/strata-llm/strata/sdk/fn"
 	"github.com/strata-llm/strata/sdk/hf"
@@ -12,7 +13,7 @@ import (
 // transformers computes them: inv_freq from the base and the rope type,
 // cos/sin from position_ids in float32, scaled by AttentionScaling.
 type RoPE struct {
-	Type string  // default, linear, llama3, yarn, longrope
+	Type string  // the RoPE kind (rope_type): RoPEKinds lists them
 	Base float64 // rope_theta
 	Dim  int     // rotated dimensions: head_dim * partial_rotary_factor
 
@@ -37,6 +38,10 @@ type RoPE struct {
 	MRoPESection []int
 
 	AttentionScaling float64 // multiplies cos and sin; 1 except for yarn and longrope
+
+	// Params holds a plugin-registered kind's own parameters, as its
+	// RoPEKind.Read stores them for its InvFreq.
+	Params any
 }
 
 // RoPEFromConfig reads rope settings from either place transformers keeps
@@ -94,6 +99,34 @@ func RoPEFromConfig(c hf.Config, headDim int) (RoPE, error) {
 	return r, nil
 }
 
+// RoPEFromParams reads one rope parameter object for dim rotated
+// dimensions: its kind (rope_type, else type, else default) and that kind's
+// parameters, and its rope_theta, else base (read from the field where).
+// It is what RoPEFromConfig does with the object it finds, for
+// architectures that keep several (Gemma-3's rope_parameters.full_attention
+// and .sliding_attention); p with a zero Config (the object is absent) is
+// the default kind at base.
+func RoPEFromParams(p RoPEParams, base float64, where string, dim int) (RoPE, error) {
+	r := RoPE{Type: "default", Base: base, Dim: dim, AttentionScaling: 1}
+	if p.Has("rope_theta") {
+		where = p.Name + ".rope_theta"
+		var err error
+		if r.Base, err = p.Float("rope_theta"); err != nil {
+			return RoPE{}, err
+		}
+	}
+	if err := positive(where, r.Base); err != nil {
+		return RoPE{}, err
+	}
+	if dim <= 0 || dim%2 != 0 {
+		return RoPE{}, fmt.Errorf("config.json: %s: rotary dimension %d must be even and positive", p.Name, dim)
+	}
+	if err := r.readScaling(p.Config, p.Name, p.Top); err != nil {
+		return RoPE{}, err
+	}
+	return r, nil
+}
+
 // positive checks a config value is a finite number > 0.
 func positive(field string, v float64) error {
 	if !(v > 0) || math.IsInf(v, 0) {
@@ -114,33 +147,18 @@ func (r *RoPE) readScaling(s hf.Config, name string, top hf.Config) error {
 			return err
 		}
 	}
+	k, ok := lookupRoPEKind(typ)
+	if !ok {
+		return fmt.Errorf("config.json: %s: rope type %q is not supported (supported: %s); a plugin adds a kind with blocks.RegisterRoPEKind", name, typ, strings.Join(RoPEKinds(), ", "))
+	}
 	r.Type = typ
 	if err := r.readMRoPE(s); err != nil {
 		return err
 	}
-	switch typ {
-	case "default":
+	if k.Read == nil {
 		return nil
-	case "mrope": // legacy name of Qwen2-VL's multimodal default rope
-		r.Type = "default"
-		if r.MRoPESection == nil {
-			return fmt.Errorf("config.json: rope type \"mrope\" needs mrope_section")
-		}
-		return nil
-	case "linear":
-		if r.Factor, err = s.Float("factor"); err != nil {
-			return err
-		}
-		return positive(name+".factor", r.Factor)
-	case "llama3":
-		return r.readLlama3(s, name)
-	case "yarn":
-		return r.readYarn(s, name, top)
-	case "longrope":
-		return r.readLongRoPE(s, name, top)
-	default:
-		return fmt.Errorf("config.json: rope type %q is not supported (supported: default, linear, llama3, yarn, longrope)", typ)
 	}
+	return k.Read(r, RoPEParams{Config: s, Name: name, Top: top})
 }
 
 // readMRoPE reads Qwen3-VL's interleaved mrope_section, if any.
@@ -375,44 +393,45 @@ func (r *RoPE) readYarnAttentionFactor(s hf.Config, name string) error {
 	return nil
 }
 
-// InvFreq is the [Dim/2] inverse-frequency table, in float32 arithmetic step
-// by step as transformers computes it, so the tables match to the last bit
-// wherever the math library does.
+// InvFreq is the [Dim/2] inverse-frequency table of the RoPE's kind, in
+// float32 arithmetic step by step as transformers computes it, so the
+// tables match to the last bit wherever the math library does.
 func (r RoPE) InvFreq() []float32 {
-	half := r.Dim / 2
-	pow := make([]float32, half) // base^(2i/Dim)
+	if k := r.kind(); k.InvFreq != nil {
+		return k.InvFreq(r, r.pow())
+	}
+	return defaultInvFreq(r.pow())
+}
+
+// LongInvFreq is the kind's table for positions beyond
+// OriginalMaxPositions (RoPEKind.LongInvFreq: longrope's long factors);
+// nil for a kind without one.
+func (r RoPE) LongInvFreq() []float32 {
+	if k := r.kind(); k.LongInvFreq != nil {
+		return k.LongInvFreq(r, r.pow())
+	}
+	return nil
+}
+
+// pow is base^(2i/Dim) for i < Dim/2, in float32 as transformers'
+// default inverse frequencies compute it before the reciprocal.
+func (r RoPE) pow() []float32 {
+	pow := make([]float32, r.Dim/2)
 	base := float64(float32(r.Base))
 	for i := range pow {
 		exp := float32(2*i) / float32(r.Dim)
 		pow[i] = float32(math.Pow(base, float64(exp)))
 	}
-	switch r.Type {
-	case "yarn":
-		return r.yarn(pow)
-	case "longrope":
-		return longrope(pow, r.ShortFactor)
-	}
-	inv := make([]float32, half)
+	return pow
+}
+
+// defaultInvFreq is 1/pow: the default kind's table.
+func defaultInvFreq(pow []float32) []float32 {
+	inv := make([]float32, len(pow))
 	for i, p := range pow {
 		inv[i] = 1 / p
 	}
-	switch r.Type {
-	case "linear":
-		for i := range inv {
-			inv[i] /= float32(r.Factor)
-		}
-	case "llama3":
-		r.llama3(inv)
-	}
 	return inv
-}
-
-// LongInvFreq is longrope's table for sequences longer than
-// OriginalMaxPositions (InvFreq is the short one).
-func (r RoPE) LongInvFreq() []float32 {
-	long := r
-	long.Type, long.ShortFactor = "longrope", r.LongFactor
-	return long.InvFreq()
 }
 
 // longrope divides the default frequencies by the factors: 1 / (ext · pow)
@@ -488,19 +507,20 @@ func (r RoPE) Tables(f *fn.Func, positionIDs fn.Value) (cos, sin fn.Value) {
 	return r.tables(f, freqs)
 }
 
-// invFreq is the frequency table for position_ids [B,S]. For longrope it
-// is chosen per call as transformers' longrope_frequency_update does: the
-// long factors' when max(position_ids) + 1 > OriginalMaxPositions, over the
-// whole batch, else the short ones'.
+// invFreq is the frequency table for position_ids [B,S]. For a kind with a
+// long table (longrope) it is chosen per call as transformers'
+// longrope_frequency_update does: the long one when max(position_ids) + 1 >
+// OriginalMaxPositions, over the whole batch, else the short one.
 func (r RoPE) invFreq(f *fn.Func, positionIDs fn.Value) fn.Value {
 	short := f.Floats(r.InvFreq()...)
-	if r.Type != "longrope" {
+	long := r.LongInvFreq()
+	if long == nil {
 		return short
 	}
 	// max + 1 > original ⇔ max > floor(original) - 1 for integer positions.
 	last := f.Int(int64(math.Floor(r.OriginalMaxPositions)) - 1)
-	long := f.Greater(f.ReduceMax(positionIDs, false, 0, 1), last)
-	return f.Where(long, f.Floats(r.LongInvFreq()...), short)
+	beyond := f.Greater(f.ReduceMax(positionIDs, false, 0, 1), last)
+	return f.Where(beyond, f.Floats(long...), short)
 }
 
 // Tables3 computes cos and sin [B,1,S,Dim] like Tables from int64 position

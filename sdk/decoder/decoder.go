@@ -50,7 +50,16 @@ type Architecture struct {
 	// Prefix is where the language model's keys live: "model." when empty;
 	// "model.language_model." for Qwen3-VL.
 	Prefix string
-	Load   func(m *Model) error
+	// Defaults are the values the architecture's transformers configuration
+	// class (configuration_<arch>.py) gives fields config.json omits, where
+	// they differ from the common decoder's (Llama's: rms_norm_eps 1e-6,
+	// num_key_value_heads the heads, head_dim hidden/heads, rope_theta
+	// 1e4, untied embeddings): {"head_dim": 256, "rope_theta": 1e6}. They
+	// are added to the config object (ConfigObject's when set) before
+	// anything is read, so the common fields, the RoPE and Load see them;
+	// a field config.json holds, null included, is kept.
+	Defaults map[string]any
+	Load     func(m *Model) error
 }
 
 var _ sdk.Architecture = Plugin{}
@@ -243,7 +252,14 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 		}
 		r = &hf.Reader{Config: sub, Err: r.Err}
 	}
-	m := &Model{Reader: r, Top: c, arch: a, Inventory: sdk.NewInventory(model), Export: opts, Prefix: a.Prefix,
+	withDefaults, defaulted, err := r.Config.WithDefaults(a.Defaults)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s, model_type %s: Architecture.Defaults: %w", p.Name, mt, err)
+	}
+	if r.Config = withDefaults; a.ConfigObject == "" {
+		c = withDefaults
+	}
+	m := &Model{Reader: r, Top: c, arch: a, defaulted: defaulted, Inventory: sdk.NewInventory(model), Export: opts, Prefix: a.Prefix,
 		modelBuilders: map[string]func(*fn.Func) (*pb.BuildResponse, error){}}
 	if m.Options, err = pluginOptions(opts, p.Name, a.Options); err != nil {
 		return nil, err
@@ -253,16 +269,16 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	}
 	m.Common = ParseCommon(r)
 	if r.Err != nil {
-		return nil, r.Err
+		return nil, m.explainDefaults(r.Err)
 	}
 	if err := m.checkLayerCount(); checkLayers && err != nil {
 		return nil, err
 	}
 	if err := a.Load(m); err != nil {
-		return nil, err
+		return nil, m.explainDefaults(err)
 	}
 	if r.Err != nil {
-		return nil, r.Err
+		return nil, m.explainDefaults(r.Err)
 	}
 	if len(m.kinds) == 0 {
 		return nil, fmt.Errorf("plugin %s declares no layer kind for %s", p.Name, mt)
@@ -271,6 +287,14 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 		return nil, err
 	}
 	return m, nil
+}
+
+// LoadConfig loads configJSON as Check does, without a checkpoint: the
+// architecture's Defaults applied, the common fields read, Load run (a Load
+// that reads the tensor inventory finds it empty). For tests of a plugin's
+// config reading: what a config that omits a field exports.
+func (p Plugin) LoadConfig(configJSON []byte) (*Model, error) {
+	return p.loadWith(&pb.Model{ConfigJson: configJSON}, nil, false)
 }
 
 // pluginOptions checks opts against the declared options and fills in

@@ -1,6 +1,7 @@
 package decoder
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -70,6 +71,7 @@ type Model struct {
 	FinalSoftCap float64
 
 	arch          Architecture
+	defaulted     []string // the Architecture.Defaults keys config.json lacked
 	kinds         []*Kind
 	context       []ContextValue
 	ropes         map[string]blocks.RoPE
@@ -152,6 +154,40 @@ func (m *Model) AddModel(spec *pb.ModelSpec, build func(f *fn.Func) (*pb.BuildRe
 // export (Check's reasons of a supported model).
 func (m *Model) Note(format string, args ...any) {
 	m.notes = append(m.notes, fmt.Sprintf(format, args...))
+}
+
+// Defaulted reports whether config.json lacked key and the value is the
+// architecture's default (Architecture.Defaults).
+func (m *Model) Defaulted(key string) bool { return slices.Contains(m.defaulted, key) }
+
+// explainDefaults adds to err the defaulted fields it names: a user reads
+// "num_key_value_heads (4)" and learns config.json does not say 4.
+func (m *Model) explainDefaults(err error) error {
+	var keys, values []string
+	for _, k := range m.defaulted {
+		if strings.Contains(err.Error(), k) {
+			keys = append(keys, k)
+			values = append(values, k+" "+defaultValue(m.arch.Defaults[k]))
+		}
+	}
+	switch len(keys) {
+	case 0:
+		return err
+	case 1:
+		return fmt.Errorf("%w (config.json omits %s: model_type %s's default is %s; set it in config.json to override)",
+			err, keys[0], m.arch.ModelType, defaultValue(m.arch.Defaults[keys[0]]))
+	}
+	return fmt.Errorf("%w (config.json omits %s: model_type %s's defaults are %s; set them in config.json to override)",
+		err, strings.Join(keys, ", "), m.arch.ModelType, strings.Join(values, ", "))
+}
+
+// defaultValue prints a default as config.json would hold it.
+func defaultValue(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // Key is the checkpoint key of a language-model tensor: Prefix + name.

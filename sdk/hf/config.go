@@ -224,3 +224,38 @@ func (c Config) Object(key string) (sub Config, ok bool, err error) {
 // Path names the object in errors: "config.json", or "config.json: text_config"
 // for a nested one.
 func (c Config) Path() string { return c.path }
+
+// WithDefaults is c with each key of defaults that c lacks added, as
+// transformers' configuration classes fill a field config.json omits:
+// a key present, null included, is kept (null is Python's None, which
+// the class handles itself). Values are what encoding/json encodes
+// (numbers, strings, booleans, lists, maps). It returns the keys it added,
+// sorted.
+func (c Config) WithDefaults(defaults map[string]any) (Config, []string, error) {
+	if len(defaults) == 0 {
+		return c, nil, nil
+	}
+	data, err := json.Marshal(defaults)
+	if err != nil {
+		return c, nil, fmt.Errorf("%s: defaults are not JSON values: %w", c.path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var parsed map[string]any
+	if err := dec.Decode(&parsed); err != nil {
+		return c, nil, fmt.Errorf("%s: defaults are not JSON values: %w", c.path, err)
+	}
+	m := make(map[string]any, len(c.m)+len(parsed))
+	for k, v := range c.m {
+		m[k] = v
+	}
+	var added []string
+	for k, v := range parsed {
+		if _, ok := m[k]; !ok {
+			m[k] = v
+			added = append(added, k)
+		}
+	}
+	sort.Strings(added)
+	return Config{path: c.path, m: m}, added, nil
+}
