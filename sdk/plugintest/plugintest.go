@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -172,4 +174,27 @@ func BindingKeys(b *pb.WeightBinding) []string {
 	}
 	walk(b.GetWeight())
 	return keys
+}
+
+// Rekeyed is model with its tensors' keys rewritten: each key starting with
+// a from of pairs (from, to, from, to, …; the first that matches) has it
+// replaced by its to. A test of another on-disk layout of the same
+// checkpoint (Architecture.Prefixes): Rekeyed(m, "language_model.model.",
+// "model.language_model.", "language_model.lm_head.", "lm_head.").
+func Rekeyed(model *pb.Model, pairs ...string) *pb.Model {
+	if len(pairs)%2 != 0 {
+		panic("plugintest.Rekeyed: pairs must be (from, to) pairs")
+	}
+	out := &pb.Model{ConfigJson: model.GetConfigJson()}
+	for _, t := range model.GetTensors() {
+		c := proto.Clone(t).(*pb.TensorInfo)
+		for i := 0; i < len(pairs); i += 2 {
+			if rest, ok := strings.CutPrefix(c.Key, pairs[i]); ok {
+				c.Key = pairs[i+1] + rest
+				break
+			}
+		}
+		out.Tensors = append(out.Tensors, c)
+	}
+	return out
 }
