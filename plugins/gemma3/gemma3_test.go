@@ -88,14 +88,7 @@ func TestLayerKinds(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			model := plugintest.Edited(t, plugin, tinyConfig, tc.edit, "F32")
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			plan, got := plugintest.Kinds(t, plugin, model, nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}

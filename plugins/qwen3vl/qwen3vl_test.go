@@ -179,14 +179,7 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: moeModel(t, layoutHub, tc.edit)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			_, got := plugintest.Kinds(t, plugin, moeModel(t, layoutHub, tc.edit), nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}
@@ -358,14 +351,8 @@ func TestVisionInputsPlan(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tc.model, Options: visionOn})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var kinds, extra []string
-			for _, l := range plan.GetLayers() {
-				kinds = append(kinds, l.GetKind())
-			}
+			plan, kinds := plugintest.Kinds(t, plugin, tc.model, visionOn)
+			var extra []string
 			for _, x := range plan.GetExtraInputs() {
 				extra = append(extra, x.GetName())
 			}
@@ -464,16 +451,9 @@ func TestVisionInputs235B(t *testing.T) {
 	if ok, reasons := check(t, m); !ok {
 		t.Fatal(reasons)
 	}
-	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: visionOn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []string
-	for _, l := range plan.GetLayers()[:4] {
-		kinds = append(kinds, l.GetKind())
-	}
+	plan, kinds := plugintest.Kinds(t, plugin, m, visionOn)
 	deep := plan.GetExtraInputs()[2].GetShape()
-	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds, []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
+	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds[:4], []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
 		deep[0].GetSize() != 3 || deep[2].GetSize() != 4096 || plan.GetPositionRows() != 4 {
 		t.Errorf("%d layers, kinds %v, deepstack_features %v, rows %d", len(plan.GetLayers()), kinds, deep, plan.GetPositionRows())
 	}
