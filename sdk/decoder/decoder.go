@@ -62,7 +62,8 @@ type Architecture struct {
 	// HeadKeys, when set, are the keys an untied head may have, in any of
 	// the layouts (lm_head.weight, language_model.lm_head.weight): after
 	// Load, unless it set Model.HeadKey, the SDK sets it to the one the
-	// checkpoint holds (the first when none: Check names it missing).
+	// checkpoint holds; an untied model holding none of them, or two, is
+	// refused naming them.
 	HeadKeys []string
 	Load     func(m *Model) error
 }
