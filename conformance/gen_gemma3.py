@@ -31,6 +31,21 @@ embeddings are tied (Gemma3TextConfig's default).
   which Gemma3ForConditionalGeneration (unlike Gemma3ForCausalLM) never
   applies. The reference is the text-only logits (AutoModelForCausalLM loads
   Gemma3ForConditionalGeneration for model_type gemma3).
+
+The other key layouts transformers loads a Gemma3ForConditionalGeneration
+from (generate.rekey rewrites the saved file; transformers loads it back
+into the same logits before the reference is taken from it):
+
+- gemma3-mm-f32-memory-keys: gemma3-mm-f32 (same config and seed, so the
+  same logits) as transformers ≥ 4.52 holds it in memory and tools saving
+  its state_dict write it: model.language_model.*, lm_head.weight,
+  model.vision_tower.*, model.multi_modal_projector.*.
+- gemma3-mm-f32-base-keys: a Gemma3Model's layout (language_model.*,
+  vision_tower.*; no head: tied embeddings, Gemma3Config's default), 2
+  layers (full, sliding).
+- gemma3-mm-bf16-doubled-keys: the doubled model.language_model.model.*
+  prefix (transformers 5.10-5.23 saves; its legacy renaming reads it) with
+  lm_head.weight, bf16, 3 layers.
 """
 
 import torch
@@ -61,7 +76,29 @@ GEMMA3_SPEC = {
                                               num_attention_heads=2, image_size=16, patch_size=4),
                            top=dict(mm_tokens_per_image=4, tie_word_embeddings=False)),
                       "float32", {"seed": 8004}),
+    "gemma3-mm-f32-memory-keys": (None, "float32", {"seed": 8004, "rekey": [
+        ["language_model.model.", "model.language_model."], ["language_model.lm_head.", "lm_head."],
+        ["vision_tower.", "model.vision_tower."], ["multi_modal_projector.", "model.multi_modal_projector."]]}),
+    "gemma3-mm-f32-base-keys": (dict(text_config=dict(num_hidden_layers=2, num_key_value_heads=2, head_dim=16,
+                                                      query_pre_attn_scalar=16, sliding_window=3,
+                                                      layer_types=["full_attention", "sliding_attention"]),
+                                     vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                        num_attention_heads=2, image_size=16, patch_size=4),
+                                     top=dict(mm_tokens_per_image=4)),
+                                "float32", {"seed": 8005, "rekey": [["language_model.model.", "language_model."]]}),
+    "gemma3-mm-bf16-doubled-keys": (dict(text_config=dict(num_hidden_layers=3, num_attention_heads=8,
+                                                          num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=32,
+                                                          sliding_window=4,
+                                                          layer_types=["sliding_attention", "sliding_attention",
+                                                                       "full_attention"]),
+                                         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                            num_attention_heads=2, image_size=16, patch_size=4),
+                                         top=dict(mm_tokens_per_image=4, tie_word_embeddings=False)),
+                                    "bfloat16", {"seed": 8006, "rekey": [
+                                        ["language_model.model.", "model.language_model.model."],
+                                        ["language_model.lm_head.", "lm_head."]]}),
 }
+GEMMA3_SPEC["gemma3-mm-f32-memory-keys"] = (GEMMA3_SPEC["gemma3-mm-f32"][0], *GEMMA3_SPEC["gemma3-mm-f32-memory-keys"][1:])
 
 
 def make_model(overrides, seed, base):

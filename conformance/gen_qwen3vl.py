@@ -69,6 +69,16 @@ QWEN3VL_SPEC = {
     "qwen3vl-f32-dense-vision": (dict(), "float32", {"seed": 3005, "top": VISION_TOKENS, "vision_prompts": True}),
     "qwen3vl-moe-f32-vision": (dict(MOE, num_hidden_layers=3, mlp_only_layers=[1]), "float32",
                                {"seed": 3006, "top": VISION_TOKENS, "vision_prompts": True}),
+    # Other key layouts transformers loads (generate.rekey): a Qwen3VLModel's
+    # (no model. before the language model or the vision tower) with the
+    # head; the doubled .model.model. prefix its legacy renaming reads
+    # (transformers 5.10-5.23 saves).
+    "qwen3vl-f32-dense-base-keys": (dict(num_hidden_layers=3), "float32",
+                                    {"seed": 3007, "rekey": [["model.language_model.", "language_model."],
+                                                             ["model.visual.", "visual."]]}),
+    "qwen3vl-moe-bf16-doubled-keys": (dict(MOE, num_hidden_layers=2), "bfloat16",
+                                      {"seed": 3008, "hub_experts": True,
+                                       "rekey": [["model.language_model.", "model.language_model.model."]]}),
 }
 
 
@@ -235,6 +245,10 @@ def generate_fixture(dest, name, overrides, dtype, options):
         hub_experts(model_dir)
         hub = reference(load(model_dir), prompts, decode_tokens)
         assert np.array_equal(hub, logits), "transformers reads the Hub orientation back differently"
+    if options.get("rekey"):
+        g.rekey(model_dir, options["rekey"], load)
+        rekeyed = reference(load(model_dir), prompts, decode_tokens)
+        assert np.array_equal(rekeyed, logits), "transformers reads the other key layout back differently"
     vision_reference(model_dir, dest, seed)
     if options.get("vision_prompts"):
         vision_prompts_reference(model_dir, dest, seed, vocab)

@@ -154,6 +154,8 @@ def save(model, out, dtype, options):
         save_bin_twin(out, out + "-bin")
     if options.get("fused_experts"):
         fuse_experts(out)
+    if options.get("rekey"):
+        rekey(out, options["rekey"], lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32))
     gen_glm.post_save(out, options)
     gen_mistral.post_save(out, options)
 
@@ -171,6 +173,36 @@ def fuse_experts(model_dir):
         if name.endswith(".safetensors") or name == "model.safetensors.index.json":
             os.remove(os.path.join(model_dir, name))
     save_file(state, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+@torch.no_grad()
+def rekey(model_dir, pairs, load):
+    """Rewrites model_dir's safetensors in another key layout, as other
+    transformers versions or tools save the same model: each key starting
+    with a `from` of pairs ([from, to], the first that matches) gets its
+    `to` instead. Checked: load (transformers) reads the new layout with no
+    key missing or left over, into the very logits it gave before."""
+    from safetensors.torch import load_file, save_file
+
+    ids = torch.tensor([[5, 9, 22, 40, 7, 3]])
+    saved = load(model_dir).eval()
+    before = saved(input_ids=ids).logits
+    path = os.path.join(model_dir, "model.safetensors")
+    assert os.path.exists(path) and not os.path.exists(path + ".index.json"), "rekey: one model.safetensors"
+    state, renamed = {}, 0
+    for k, v in load_file(path).items():
+        for src, dst in pairs:
+            if k.startswith(src):
+                k, renamed = dst + k[len(src):], renamed + 1
+                break
+        assert k not in state, f"rekey: two tensors become {k}"
+        state[k] = v
+    assert renamed, f"rekey: no key starts with any of {[p[0] for p in pairs]}"
+    save_file(state, path, metadata={"format": "pt"})
+    _, info = type(saved).from_pretrained(model_dir, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], f"rekey: transformers does not load {pairs}: {info}"
+    after = load(model_dir).eval()(input_ids=ids).logits
+    assert torch.equal(before, after), f"rekey: transformers reads {pairs} into other logits"
 
 
 def save_bin_twin(src, dest):

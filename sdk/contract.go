@@ -22,7 +22,7 @@ import (
 const ProtocolVersion = 1
 
 // Version of the SDK, reported by plugins in Describe.
-const Version = "0.1.0"
+const Version = "0.2.0"
 
 // Handshake is shared by host and plugins. The cookie only keeps a user from
 // running a plugin by hand by mistake; it is not a security measure.

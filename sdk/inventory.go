@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -162,4 +163,75 @@ func keyList(m map[string]string) string {
 	}
 	slices.Sort(keys)
 	return strings.Join(keys, ", ")
+}
+
+// PrefixesHolding lists, in order, the prefixes p of prefixes under which
+// the checkpoint holds a key starting p+probe: the on-disk layouts its keys
+// are in (probe "layers." tells "language_model.model." from
+// "language_model.", whose layers are "language_model.layers.").
+func (inv Inventory) PrefixesHolding(probe string, prefixes []string) []string {
+	var out []string
+	for _, p := range prefixes {
+		if inv.HasPrefix(p + probe) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ErrNoLayout is the error PickPrefix wraps when the checkpoint holds keys
+// under none of the prefixes.
+var ErrNoLayout = errors.New("no known key layout")
+
+// PickPrefix is the one prefix of prefixes (the key layouts a plugin reads)
+// under which the checkpoint holds keys <prefix><probe>…; what names them in
+// errors ("the language model's layers"). Keys under none of them is an
+// error wrapping ErrNoLayout, naming every prefix and the keys' first
+// components; under several, an error naming them (one checkpoint, one
+// layout: a loader would read one copy over the other).
+func (inv Inventory) PickPrefix(what, probe string, prefixes []string) (string, error) {
+	held := inv.PrefixesHolding(probe, prefixes)
+	switch len(held) {
+	case 1:
+		return held[0], nil
+	case 0:
+		return "", fmt.Errorf("%w: the checkpoint holds %s under none of the prefixes read (%s; its keys start with %s): "+
+			"export a checkpoint of this architecture, with its keys as transformers saves or loads them",
+			ErrNoLayout, what, starred(prefixes, probe), inv.firstComponents(4))
+	default:
+		return "", fmt.Errorf("the checkpoint holds %s twice, under %s: keep one layout "+
+			"(delete the other's tensors from the safetensors files, or load and save_pretrained it again with transformers)",
+			what, starred(held, probe))
+	}
+}
+
+// starred lists prefix+probe+"*" for each prefix, joined by commas.
+func starred(prefixes []string, probe string) string {
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p + probe + "*"
+	}
+	return strings.Join(out, ", ")
+}
+
+// firstComponents lists, sorted, up to n distinct first dotted components
+// of the keys ("model.", "lm_head."), "nothing" for an empty inventory.
+func (inv Inventory) firstComponents(n int) string {
+	seen := map[string]bool{}
+	for k := range inv {
+		c, _, _ := strings.Cut(k, ".")
+		seen[c+"."] = true
+	}
+	if len(seen) == 0 {
+		return "nothing"
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	if len(out) > n {
+		out = append(out[:n], "…")
+	}
+	return strings.Join(out, ", ")
 }

@@ -82,14 +82,7 @@ func TestLayerKinds(t *testing.T) {
 			if ok, reasons := plugintest.Check(t, plugin, model); !ok {
 				t.Fatalf("refused: %s", reasons)
 			}
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			plan, got := plugintest.Kinds(t, plugin, model, nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}

@@ -14,7 +14,8 @@
 // them and the Hub's releases hold them (language_model.model., the untied
 // head language_model.lm_head.weight), the vision tower and projector left
 // unbound. Gemma3ForConditionalGeneration embeds text tokens as
-// Gemma3ForCausalLM does but never applies final_logit_softcapping.
+// Gemma3ForCausalLM does but never applies final_logit_softcapping. Its
+// keys come in every layout transformers loads (mmPrefixes).
 package main
 
 import (
@@ -36,18 +37,27 @@ const (
 	localRoPE             = "rope_local" // the sliding layers' tables
 )
 
-// mmPrefix is where Gemma3ForConditionalGeneration checkpoints hold the
-// language model: transformers' save_pretrained writes its in-memory
-// model.language_model. back as language_model.model. (its llava key
-// conversion), as the Hub's releases store it.
-const mmPrefix = "language_model.model."
+// mmPrefixes are where Gemma3ForConditionalGeneration checkpoints hold the
+// language model, each a layout transformers loads (its llava key
+// conversion and legacy renamings, conversion_mapping.py): the Hub's
+// releases and transformers' save_pretrained write language_model.model.;
+// model.language_model. is how transformers ≥ 4.52 holds the model in
+// memory, and what tools saving its state_dict write; language_model. is a
+// Gemma3Model's (no head); the doubled .model.model. a transformers
+// 5.10–5.23 save. The head is language_model.lm_head.weight or
+// lm_head.weight in any of them.
+var (
+	mmPrefixes = []string{"language_model.model.", "model.language_model.", "language_model.",
+		"model.language_model.model.", "language_model.model.model."}
+	mmHeads = []string{"language_model.lm_head.weight", "lm_head.weight"}
+)
 
 var plugin = decoder.Plugin{Name: "gemma3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "gemma3_text", HFArchitectures: []string{"Gemma3ForCausalLM"}, Name: "Gemma3",
 	Defaults: defaults, Load: load,
 }, {
 	ModelType: "gemma3", HFArchitectures: []string{"Gemma3ForConditionalGeneration"}, Name: "Gemma3",
-	ConfigObject: "text_config", Prefix: mmPrefix, Defaults: defaults, Load: loadConditional,
+	ConfigObject: "text_config", Prefixes: mmPrefixes, HeadKeys: mmHeads, Defaults: defaults, Load: loadConditional,
 }}}
 
 // defaults are Gemma3TextConfig's for the fields the plugin reads:
@@ -66,8 +76,8 @@ func load(m *decoder.Model) error { return loadText(m, false) }
 
 // loadConditional loads the language model of a Gemma3ForConditionalGeneration
 // checkpoint: tie_word_embeddings is the top-level field (the one
-// transformers obeys), an untied head is language_model.lm_head.weight, and
-// text_config's final_logit_softcapping is not applied.
+// transformers obeys), an untied head is one of mmHeads, and text_config's
+// final_logit_softcapping is not applied.
 func loadConditional(m *decoder.Model) error { return loadText(m, true) }
 
 func loadText(m *decoder.Model, conditional bool) error {
@@ -76,7 +86,7 @@ func loadText(m *decoder.Model, conditional bool) error {
 		if err != nil {
 			return err
 		}
-		m.Tied, m.HeadKey = tied, "language_model.lm_head.weight"
+		m.Tied = tied
 	}
 	if err := refuse(m); err != nil {
 		return err

@@ -88,14 +88,7 @@ func TestLayerKinds(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			model := plugintest.Edited(t, plugin, tinyConfig, tc.edit, "F32")
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			plan, got := plugintest.Kinds(t, plugin, model, nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}
@@ -350,4 +343,57 @@ func TestConditional(t *testing.T) {
 	if !proto.Equal(final(capped), final(conditional(t, nil, nil))) {
 		t.Error("final_logit_softcapping changed Gemma3ForConditionalGeneration's final part")
 	}
+}
+
+// Every layout transformers loads a Gemma3ForConditionalGeneration from
+// binds the language model where that checkpoint holds it, head included;
+// a checkpoint in two layouts, or in none, is refused naming them.
+func TestConditionalLayouts(t *testing.T) {
+	hub := conditional(t, map[string]any{"tie_word_embeddings": false}, nil) // language_model.model., language_model.lm_head.
+	bind := func(model *pb.Model) []map[int32]plugintest.Bindings {
+		t.Helper()
+		if ok, reasons := plugintest.Check(t, plugin, model); !ok {
+			t.Fatalf("refused: %s", reasons)
+		}
+		return plugintest.RequireBound(t, plugin, model, &pb.BuildRequest{Part: sdk.PartEmbed},
+			&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindFull, Layers: []int32{1}}, &pb.BuildRequest{Part: sdk.PartFinal})
+	}
+	for _, prefix := range mmPrefixes {
+		for _, head := range mmHeads {
+			t.Run(prefix+head, func(t *testing.T) {
+				bound := bind(plugintest.Rekeyed(hub, "language_model.model.", prefix, "language_model.lm_head.weight", head))
+				if got := bound[0][sdk.NonLayer]["embed_tokens.weight"]; !slices.Equal(got, []string{prefix + "embed_tokens.weight"}) {
+					t.Errorf("embeddings bound to %v", got)
+				}
+				if got := bound[1][1]["self_attn.q_proj.weight"]; !slices.Equal(got, []string{prefix + "layers.1.self_attn.q_proj.weight"}) {
+					t.Errorf("layer 1 q_proj bound to %v", got)
+				}
+				if got := bound[2][sdk.NonLayer]["lm_head.weight"]; !slices.Equal(got, []string{head}) {
+					t.Errorf("head bound to %v, want %s", got, head)
+				}
+			})
+		}
+	}
+	refused := func(name string, model *pb.Model, want ...string) {
+		t.Run(name, func(t *testing.T) {
+			ok, reasons := plugintest.Check(t, plugin, model)
+			for _, w := range want {
+				if ok || !strings.Contains(reasons, w) {
+					t.Errorf("supported=%v reasons=%q, want %q", ok, reasons, w)
+				}
+			}
+		})
+	}
+	mem := plugintest.Rekeyed(hub, "language_model.model.", "model.language_model.")
+	both := &pb.Model{ConfigJson: hub.ConfigJson, Tensors: append(slices.Clone(hub.Tensors), mem.Tensors...)}
+	refused("two layouts", both, "holds gemma3's decoder layers twice, under language_model.model.layers.*, model.language_model.layers.*: keep one layout")
+	refused("no layout", plugintest.Rekeyed(hub, "language_model.model.", "text.model."),
+		"under none of the prefixes read (language_model.model.layers.*, model.language_model.layers.*, language_model.layers.*",
+		"its keys start with language_model., text., vision_tower.")
+	heads := plugintest.Rekeyed(hub, "language_model.lm_head.", "lm_head.")
+	heads.Tensors = append(heads.Tensors, hub.Tensors...)
+	refused("two heads", plugintest.Rekeyed(heads, "language_model.model.", "model.language_model."),
+		"holds the untied head twice, as language_model.lm_head.weight and lm_head.weight")
+	headless := plugintest.Rekeyed(hub, "language_model.lm_head.", "gone.")
+	refused("no head", headless, "holds the head under none of language_model.lm_head.weight, lm_head.weight")
 }

@@ -113,14 +113,7 @@ func TestPlanKindsAndRoPE(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			m := tinyModel(t, tc.edit)
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			plan, got := plugintest.Kinds(t, plugin, m, nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}

@@ -174,14 +174,7 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tinyModel(t, mxfp4, tc.edit)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			plan, got := plugintest.Kinds(t, plugin, tinyModel(t, mxfp4, tc.edit), nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}

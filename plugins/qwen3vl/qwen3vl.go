@@ -23,23 +23,32 @@ const (
 var positionsOption = &pb.PluginOption{Name: optPositions, DefaultValue: "2", AllowedValues: []string{"2", "3"},
 	Help: "2: position_ids [batch, seq] (text: the t/h/w rows are equal); 3: [3, batch, seq], MRoPE's t/h/w rows (row 0 writes the cache)"}
 
-// The language model lives under model.language_model. with its fields in
-// text_config; lm_head.weight is top level, and so is the tie_word_embeddings
-// transformers obeys.
+// The language model's fields are in text_config; lm_head.weight is top
+// level, and so is the tie_word_embeddings transformers obeys. Its keys are
+// under model.language_model. as transformers saves a
+// Qwen3VL(Moe)ForConditionalGeneration, or in the other layouts it loads
+// (lmPrefixes).
 var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3_vl", HFArchitectures: []string{"Qwen3VLForConditionalGeneration"}, Name: "Qwen3VL",
-	ConfigObject: "text_config", Prefix: "model.language_model.",
+	ConfigObject: "text_config", Prefixes: lmPrefixes,
 	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{visionModel}},
 	Options:      []*pb.PluginOption{positionsOption, visionOption},
 	Load:         loadDense,
 }, {
 	ModelType: "qwen3_vl_moe", HFArchitectures: []string{"Qwen3VLMoeForConditionalGeneration"}, Name: "Qwen3VLMoe",
-	ConfigObject: "text_config", Prefix: "model.language_model.",
+	ConfigObject: "text_config", Prefixes: lmPrefixes,
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
 		Models: []string{visionModel}},
 	Options: []*pb.PluginOption{positionsOption, visionOption, decoder.MoEStrategyOption()},
 	Load:    loadMoE,
 }}}
+
+// lmPrefixes are the layouts of the language model's keys transformers
+// loads for Qwen3-VL (probed with 5.24): model.language_model. as it saves
+// them; language_model. as a Qwen3VLModel saves them (its loader adds the
+// base model's model.); the doubled .model.model. of transformers
+// 5.10–5.23 saves (its legacy renaming).
+var lmPrefixes = []string{"model.language_model.", "language_model.", "model.language_model.model.", "language_model.model.model."}
 
 // common reads what both model types share: the top-level
 // tie_word_embeddings (text_config may carry a different, ignored value),

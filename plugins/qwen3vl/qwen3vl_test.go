@@ -179,14 +179,7 @@ func TestPlanLayerKinds(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: moeModel(t, layoutHub, tc.edit)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range plan.GetLayers() {
-				got = append(got, l.GetKind())
-			}
+			_, got := plugintest.Kinds(t, plugin, moeModel(t, layoutHub, tc.edit), nil)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("kinds %v, want %v", got, tc.want)
 			}
@@ -264,7 +257,7 @@ func TestVisionModelDeclared(t *testing.T) {
 	}
 	full := &pb.Model{ConfigJson: base, Tensors: slices.Clone(lm.Tensors)}
 	for _, ts := range c.tensors() {
-		full.Tensors = append(full.Tensors, &pb.TensorInfo{Key: visionPrefix + ts[0].(string), Dtype: "F32", Shape: ts[1].([]int64)})
+		full.Tensors = append(full.Tensors, &pb.TensorInfo{Key: visionPrefixes[0] + ts[0].(string), Dtype: "F32", Shape: ts[1].([]int64)})
 	}
 	cases := map[string]struct {
 		model *pb.Model
@@ -277,6 +270,11 @@ func TestVisionModelDeclared(t *testing.T) {
 		"other act":      {full, func(v map[string]any) { v["hidden_act"] = "silu" }, `hidden_act "silu"`},
 		"bad deepstack":  {full, func(v map[string]any) { v["deepstack_visual_indexes"] = []int{1} }, "index 1 outside 0..depth-1"},
 		"not square pos": {full, func(v map[string]any) { v["num_position_embeddings"] = 15 }, "not a square"},
+		// A Qwen3VLModel's save: no model. before either part.
+		"base layout": {plugintest.Rekeyed(full, "model.language_model.", "language_model.", "model.visual.", "visual."), nil, ""},
+		"two towers": {&pb.Model{ConfigJson: base, Tensors: append(slices.Clone(full.Tensors),
+			plugintest.Rekeyed(full, "model.visual.", "visual.").Tensors[len(lm.Tensors):]...)},
+			nil, "holds the vision tower twice, under model.visual.*, visual.*"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -353,14 +351,8 @@ func TestVisionInputsPlan(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: tc.model, Options: visionOn})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var kinds, extra []string
-			for _, l := range plan.GetLayers() {
-				kinds = append(kinds, l.GetKind())
-			}
+			plan, kinds := plugintest.Kinds(t, plugin, tc.model, visionOn)
+			var extra []string
 			for _, x := range plan.GetExtraInputs() {
 				extra = append(extra, x.GetName())
 			}
@@ -459,17 +451,28 @@ func TestVisionInputs235B(t *testing.T) {
 	if ok, reasons := check(t, m); !ok {
 		t.Fatal(reasons)
 	}
-	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: m, Options: visionOn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []string
-	for _, l := range plan.GetLayers()[:4] {
-		kinds = append(kinds, l.GetKind())
-	}
+	plan, kinds := plugintest.Kinds(t, plugin, m, visionOn)
 	deep := plan.GetExtraInputs()[2].GetShape()
-	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds, []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
+	if len(plan.GetLayers()) != 94 || !slices.Equal(kinds[:4], []string{"moe_deepstack0", "moe_deepstack1", "moe_deepstack2", "moe"}) ||
 		deep[0].GetSize() != 3 || deep[2].GetSize() != 4096 || plan.GetPositionRows() != 4 {
 		t.Errorf("%d layers, kinds %v, deepstack_features %v, rows %d", len(plan.GetLayers()), kinds, deep, plan.GetPositionRows())
+	}
+}
+
+// The language model binds where each layout transformers loads puts it.
+func TestLanguageModelLayouts(t *testing.T) {
+	saved := plugintest.Model(t, plugin, []byte(denseConfig), "F32")
+	for _, prefix := range lmPrefixes {
+		t.Run(prefix, func(t *testing.T) {
+			model := plugintest.Rekeyed(saved, "model.language_model.", prefix)
+			if ok, reasons := check(t, model); !ok {
+				t.Fatalf("refused: %s", reasons)
+			}
+			bound := plugintest.RequireBound(t, plugin, model, &pb.BuildRequest{Part: sdk.PartEmbed},
+				&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindDecoder, Layers: []int32{0}}, &pb.BuildRequest{Part: sdk.PartFinal})
+			if got := bound[1][0]["self_attn.q_proj.weight"]; !slices.Equal(got, []string{prefix + "layers.0.self_attn.q_proj.weight"}) {
+				t.Errorf("q_proj bound to %v", got)
+			}
+		})
 	}
 }

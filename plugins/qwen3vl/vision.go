@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -36,7 +37,6 @@ const (
 	inGrid            = "image_grid_thw"
 	outVisionEmbeds   = "vision_embeds"
 	outDeepstack      = "deepstack_features"
-	visionPrefix      = "model.visual."
 	visionLayerNormEp = 1e-6
 )
 
@@ -44,7 +44,14 @@ type visionConfig struct {
 	depth, hidden, intermediate, heads, inChannels, patch, temporalPatch, merge, positions, out int
 	deepstack                                                                                   []int
 	theta                                                                                       float64
+	// prefix is where the checkpoint holds the tower: one of visionPrefixes.
+	prefix string
 }
+
+// visionPrefixes are where transformers loads the vision tower from:
+// model.visual. as it saves a Qwen3VL(Moe)ForConditionalGeneration,
+// visual. as a Qwen3VLModel (whichever layout the language model is in).
+var visionPrefixes = []string{"model.visual.", "visual."}
 
 // visionKnown are the vision_config fields read or known not to change
 // the math; any other field is refused (it may).
@@ -110,6 +117,12 @@ func readVision(top hf.Config, textHidden int) (visionConfig, error) {
 func addVision(m *decoder.Model) {
 	c, err := readVision(m.Top, m.Hidden)
 	if err == nil {
+		c.prefix, err = m.Inventory.PickPrefix("the vision tower", "", visionPrefixes)
+		if errors.Is(err, sdk.ErrNoLayout) { // checkTensors names the missing tensors
+			c.prefix, err = visionPrefixes[0], nil
+		}
+	}
+	if err == nil {
 		err = c.checkTensors(m)
 	}
 	if err != nil {
@@ -131,7 +144,7 @@ func addVision(m *decoder.Model) {
 func (c visionConfig) patchValues() int { return c.inChannels * c.temporalPatch * c.patch * c.patch }
 
 // tensors are the vision tower's, by formal input name (the key without
-// model.visual.), with their shapes.
+// its prefix), with their shapes.
 func (c visionConfig) tensors() [][2]any {
 	hv, iv, merged, out := int64(c.hidden), int64(c.intermediate), int64(c.hidden*c.merge*c.merge), int64(c.out)
 	ts := [][2]any{{"patch_embed.proj.weight", []int64{hv, int64(c.inChannels), int64(c.temporalPatch), int64(c.patch), int64(c.patch)}},
@@ -163,7 +176,7 @@ func (c visionConfig) tensors() [][2]any {
 func (c visionConfig) checkTensors(m *decoder.Model) error {
 	var missing []string
 	for _, t := range c.tensors() {
-		key, shape := visionPrefix+t[0].(string), t[1].([]int64)
+		key, shape := c.prefix+t[0].(string), t[1].([]int64)
 		info, ok := m.Inventory[key]
 		switch {
 		case !ok:
@@ -189,7 +202,7 @@ func (c visionConfig) build(f *fn.Func) (*pb.BuildResponse, error) {
 	for _, t := range c.tensors() {
 		name, shape := t[0].(string), t[1].([]int64)
 		w[name] = f.Input(name)
-		e := weight.Tensor(visionPrefix+name, shape...)
+		e := weight.Tensor(c.prefix+name, shape...)
 		if name == "patch_embed.proj.weight" { // the Conv3d over a whole patch is a Linear
 			e = weight.Reshape(e, int64(c.hidden), int64(c.patchValues()))
 		}

@@ -11,6 +11,7 @@ package decoder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,7 +60,32 @@ type Architecture struct {
 	// anything is read, so the common fields, the RoPE and Load see them;
 	// a field config.json holds, null included, is kept.
 	Defaults map[string]any
+	// Prefixes, when set (instead of Prefix), are every prefix the language
+	// model's keys may live under, for an architecture whose checkpoints
+	// come in several layouts (Gemma-3's language_model.model. as the Hub
+	// ships it, model.language_model. as transformers ≥ 4.52 holds it). The
+	// SDK picks, before Load, the one whose <prefix>layers.* the checkpoint
+	// holds and sets Model.Prefix to it; keys under none of them, or under
+	// two, refuse the checkpoint with an error naming them.
+	Prefixes []string
+	// HeadKeys, when set, are the keys an untied head may have, in any of
+	// the layouts (lm_head.weight, language_model.lm_head.weight): after
+	// Load, unless it set Model.HeadKey, the SDK sets it to the one the
+	// checkpoint holds; an untied model holding none of them, or two, is
+	// refused naming them.
+	HeadKeys []string
 	Load     func(m *Model) error
+}
+
+// prefixes lists the prefixes the language model's keys may live under.
+func (a Architecture) prefixes() []string {
+	switch {
+	case len(a.Prefixes) > 0:
+		return a.Prefixes
+	case a.Prefix != "":
+		return []string{a.Prefix}
+	}
+	return []string{"model."}
 }
 
 var _ sdk.Architecture = Plugin{}
@@ -259,13 +285,13 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	if r.Config = withDefaults; a.ConfigObject == "" {
 		c = withDefaults
 	}
-	m := &Model{Reader: r, Top: c, arch: a, defaulted: defaulted, Inventory: sdk.NewInventory(model), Export: opts, Prefix: a.Prefix,
+	m := &Model{Reader: r, Top: c, arch: a, defaulted: defaulted, Inventory: sdk.NewInventory(model), Export: opts,
 		modelBuilders: map[string]func(*fn.Func) (*pb.BuildResponse, error){}}
 	if m.Options, err = pluginOptions(opts, p.Name, a.Options); err != nil {
 		return nil, err
 	}
-	if m.Prefix == "" {
-		m.Prefix = "model."
+	if m.Prefix, err = m.layout(checkLayers); err != nil {
+		return nil, err
 	}
 	m.Common = ParseCommon(r)
 	if r.Err != nil {
@@ -279,6 +305,9 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	}
 	if r.Err != nil {
 		return nil, m.explainDefaults(r.Err)
+	}
+	if err := m.headLayout(checkLayers); err != nil {
+		return nil, err
 	}
 	if len(m.kinds) == 0 {
 		return nil, fmt.Errorf("plugin %s declares no layer kind for %s", p.Name, mt)
@@ -324,4 +353,55 @@ func pluginOptions(opts *pb.ExportOptions, plugin string, declared []*pb.PluginO
 		out[k] = v
 	}
 	return out, nil
+}
+
+// layout picks, of the architecture's prefixes, the one the checkpoint's
+// layers are under (Architecture.Prefixes). A model that is not to be
+// checked (ExpectedTensors, whose inventory may be empty or partial) with
+// none of them gets the first.
+func (m *Model) layout(checkLayers bool) (string, error) {
+	prefixes := m.arch.prefixes()
+	if len(prefixes) == 1 {
+		return prefixes[0], nil // a missing layer is checkLayerCount's to name
+	}
+	p, err := m.Inventory.PickPrefix(m.arch.ModelType+"'s decoder layers", "layers.", prefixes)
+	if errors.Is(err, sdk.ErrNoLayout) && !checkLayers {
+		return prefixes[0], nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s checkpoint: %w", m.arch.ModelType, err)
+	}
+	return p, nil
+}
+
+// headLayout sets HeadKey, unless Load did, to the one of the
+// architecture's HeadKeys the checkpoint holds; an untied model holding
+// two of them is refused.
+func (m *Model) headLayout(checkLayers bool) error {
+	keys := m.arch.HeadKeys
+	if m.HeadKey != "" || len(keys) == 0 {
+		return nil
+	}
+	var held []string
+	for _, k := range keys {
+		if m.Inventory.Has(k) {
+			held = append(held, k)
+		}
+	}
+	switch {
+	case len(held) == 1:
+		m.HeadKey = held[0]
+	case len(held) == 0:
+		m.HeadKey = keys[0]
+		if checkLayers && !m.Tied {
+			return fmt.Errorf("%s checkpoint: the embeddings are untied (tie_word_embeddings false), but the checkpoint holds the head under none of %s: "+
+				"export the checkpoint with its lm_head, or set tie_word_embeddings if the head is the embedding matrix", m.arch.ModelType, strings.Join(keys, ", "))
+		}
+	case m.Tied:
+		m.HeadKey = held[0] // unread
+	default:
+		return fmt.Errorf("%s checkpoint: the checkpoint holds the untied head twice, as %s: keep one "+
+			"(delete the other from the safetensors files, or load and save_pretrained it again with transformers)", m.arch.ModelType, strings.Join(held, " and "))
+	}
+	return nil
 }

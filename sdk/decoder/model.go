@@ -28,7 +28,8 @@ type Model struct {
 	Inventory sdk.Inventory
 	Export    *pb.ExportOptions // nil in Check
 	Options   map[string]string // plugin options, defaults filled in
-	// Prefix is where the language model's keys live (Architecture.Prefix).
+	// Prefix is where the language model's keys live: Architecture.Prefix,
+	// or the one of Architecture.Prefixes the checkpoint uses.
 	Prefix string
 	// HeadKey is the untied head's key ("lm_head.weight" when empty).
 	HeadKey string
