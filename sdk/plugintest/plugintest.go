@@ -124,6 +124,11 @@ func RequireBound(t testing.TB, arch sdk.Architecture, model *pb.Model, parts ..
 	for _, x := range plan.GetExtraInputs() {
 		roles[x.GetName()] = true
 	}
+	for _, k := range plan.GetKinds() { // caches beyond the KV cache (linear attention's states)
+		for _, c := range k.GetCaches() {
+			roles[c.GetName()] = true
+		}
+	}
 	var out []map[int32]Bindings
 	for _, req := range parts {
 		req.Model = model
