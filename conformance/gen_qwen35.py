@@ -36,7 +36,7 @@ QWEN35_SPEC = {
     "qwen35-f32-dense": (dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=32, layer_types=[L, L, F, L],
                               rope_parameters=ROPE, **LINEAR), "float32", {"seed": 9001}),
     "qwen35moe-bf16": (dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16, layer_types=[L, F, L],
-                            rope_parameters=ROPE, **LINEAR, **MOE), "bfloat16", {"seed": 9002}),
+                            rope_parameters=ROPE, **LINEAR, **MOE), "bfloat16", {"seed": 9012}),
     "qwen3next-f32": (dict(num_hidden_layers=4, num_key_value_heads=2, head_dim=16, layer_types=[L, L, F, L],
                            mlp_only_layers=[0], norm_topk_prob=False, rope_parameters=ROPE, **LINEAR, **MOE),
                       "float32", {"seed": 9003}),

@@ -66,7 +66,7 @@ func (g GatedDeltaNet) Check() error {
 func (g GatedDeltaNet) Apply(f *fn.Func, x fn.Value, c StateContext) (out, conv, recurrent fn.Value) {
 	dt := f.DType()
 	valid := f.Cast(f.Greater(c.PositionIDs, f.Int(-1)), fn.Float32) // [B,S]
-	fresh := f.Greater(f.ReduceMax(f.Cast(f.Op("Equal", []fn.Value{c.PositionIDs, f.Int(0)}), fn.Float32), true, 1), f.Scalar(0))
+	fresh := f.Greater(f.ReduceMax(f.Cast(f.Op("Equal", []fn.Value{c.PositionIDs, f.Int(0)}), fn.Float32), true, 1), f.ScalarOf(fn.Float32, 0))
 	convIn := startState(f.Scope("conv_state"), c.Conv, c.BatchIndex, f.Reshape(fresh, -1, 1, 1), dt)
 	recIn := f.CastTo(startState(f.Scope("recurrent_state"), c.Recurrent, c.BatchIndex, f.Reshape(fresh, -1, 1, 1, 1), dt), dt, fn.Float32)
 
@@ -123,7 +123,7 @@ func (g GatedDeltaNet) conv(f *fn.Func, qkv, state, valid fn.Value) (mixed, newS
 	count := f.Unsqueeze(f.ReduceSum(valid, true, 1), -1)          // [B,1,1] valid tokens
 	target := f.Add(count, f.Reshape(f.Floats(kIota...), 1, 1, k)) // [B,1,K]: index into [state, x]
 	fromState := f.Op("Equal", []fn.Value{f.Reshape(f.Floats(kIota...), 1, k, 1), target})
-	fromX := f.Op("Equal", []fn.Value{f.Unsqueeze(f.Add(iota(f, valid), f.Scalar(float32(k))), -1), target})
+	fromX := f.Op("Equal", []fn.Value{f.Unsqueeze(f.Add(iota(f, valid), f.ScalarOf(fn.Float32, float32(k))), -1), target})
 	dt := f.DType()
 	newState = f.Add(f.MatMul(state, f.Cast(fromState, dt)), f.MatMul(xt, f.Cast(fromX, dt)))
 	return mixed, newState
@@ -150,7 +150,7 @@ func triangle(f *fn.Func, ones fn.Value, k int64) fn.Value {
 func (g GatedDeltaNet) heads(f *fn.Func, mixed, valid fn.Value) (q, k, v fn.Value) {
 	kd, vd := int64(g.KHeads*g.KDim), int64(g.VHeads*g.VDim)
 	parts := f.Split(f.CastTo(mixed, f.DType(), fn.Float32), 2, kd, kd, vd)
-	q = f.Mul(g.keyHeads(f.Scope("q"), parts[0]), f.Scalar(float32(math.Pow(float64(g.KDim), -0.5))))
+	q = f.Mul(g.keyHeads(f.Scope("q"), parts[0]), f.ScalarOf(fn.Float32, float32(math.Pow(float64(g.KDim), -0.5))))
 	k = f.Mul(g.keyHeads(f.Scope("k"), parts[1]), f.Unsqueeze(valid, 1, 3))
 	v = f.Transpose(f.Reshape(parts[2], 0, 0, int64(g.VHeads), int64(g.VDim)), 0, 2, 1, 3)
 	return q, k, v
@@ -161,7 +161,7 @@ func (g GatedDeltaNet) heads(f *fn.Func, mixed, valid fn.Value) (q, k, v fn.Valu
 // in place (repeat_interleave): [B,VHeads,S,KDim].
 func (g GatedDeltaNet) keyHeads(f *fn.Func, x fn.Value) fn.Value {
 	h := f.Reshape(x, 0, 0, int64(g.KHeads), int64(g.KDim))
-	norm := f.Op("Sqrt", []fn.Value{f.Add(f.ReduceSum(f.Mul(h, h), true, -1), f.Scalar(1e-6))})
+	norm := f.Op("Sqrt", []fn.Value{f.Add(f.ReduceSum(f.Mul(h, h), true, -1), f.ScalarOf(fn.Float32, 1e-6))})
 	h = f.Div(h, norm)
 	if r := g.VHeads / g.KHeads; r > 1 {
 		u := f.Unsqueeze(h, 3)
@@ -224,7 +224,7 @@ func (g GatedDeltaNet) deltaRule(f *fn.Func, q, k, v, beta, gate, s0 fn.Value) (
 // the parallel form would not be exact.
 func tooLong(f *fn.Func, x fn.Value, max int) fn.Value {
 	over := f.Greater(f.Dim(x, 2), f.Int(int64(max)))
-	return f.Where(over, f.Scalar(float32(math.NaN())), f.Scalar(0))
+	return f.Where(over, f.ScalarOf(fn.Float32, float32(math.NaN())), f.ScalarOf(fn.Float32, 0))
 }
 
 // gatedNorm is transformers' RMSNormGated per value head: the core output
