@@ -22,7 +22,7 @@ FULL_BATCH = 3
 
 def test_every_family_has_fixtures():
     assert {n.split("-")[0] for n in NAMES} == {"qwen35", "qwen35moe", "qwen3next"}
-    assert {n.split("-")[1] for n in NAMES} == {"f32", "bf16"}
+    assert {Fixture(n).meta["checkpoint_dtype"] for n in NAMES} == {"float32", "bfloat16"}
 
 
 def runs(fx, tmp_path, *args):
