@@ -10,7 +10,9 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
@@ -32,7 +34,7 @@ type family struct {
 
 func arch(modelType, hfArch, name string, fam family, multimodal bool) decoder.Architecture {
 	a := decoder.Architecture{ModelType: modelType, HFArchitectures: []string{hfArch}, Name: name,
-		Capabilities: &pb.Capabilities{Layerwise: true},
+		Capabilities: &pb.Capabilities{Layerwise: true, MtpConventions: []string{mtpIndexed}},
 		Options:      []*pb.PluginOption{maxSeqOption()},
 		Load:         func(m *decoder.Model) error { return load(m, name, fam, multimodal) }}
 	if fam.mlp != "dense" {
@@ -175,11 +177,39 @@ func refuse(m *decoder.Model, multimodal bool) error {
 			m.Note("model.onnx is the text-only language model; the vision encoder (model.visual.*) is not exported")
 		}
 	}
-	if m.Inventory.HasPrefix("mtp.") {
-		m.Note("the multi-token-prediction weights (mtp.*) are not exported")
-	}
-	return nil
+	mtpLayout(m)
+	return m.Err
 }
+
+// mtpLayout reports the multi-token-prediction weights, top-level mtp.*
+// keys in every release (an "indexed" layout: strata inspect shows it,
+// strata convert keeps it whole), which the export leaves out. Their count
+// is mtp_num_hidden_layers (Qwen3.5) or num_nextn_predict_layers.
+func mtpLayout(m *decoder.Model) {
+	var keys []string
+	for k := range m.Inventory {
+		if strings.HasPrefix(k, "mtp.") {
+			keys = append(keys, k)
+		}
+	}
+	field := "mtp_num_hidden_layers"
+	if !m.Config.Has(field) {
+		field = "num_nextn_predict_layers"
+	}
+	n := m.IntOr(field, 0)
+	if len(keys) == 0 {
+		if n > 0 {
+			m.Note("config.json declares %d MTP layer(s) (%s), but the checkpoint holds no mtp.* tensor", n, field)
+		}
+		return
+	}
+	slices.Sort(keys)
+	m.MTP = &pb.MTPLayout{Convention: mtpIndexed, Keys: keys}
+	m.Note("the MTP weights (%d mtp.* tensors; %s %d) are left out of the export; an MTP draft model is not implemented for this plugin", len(keys), field, n)
+}
+
+// mtpIndexed is the MTP convention of top-level mtp.* keys.
+const mtpIndexed = "indexed"
 
 // partialRotary applies transformers' default partial_rotary_factor of
 // these models, 0.25, when config.json gives none.

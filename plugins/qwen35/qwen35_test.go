@@ -158,3 +158,24 @@ func TestLayerTypesFromInterval(t *testing.T) {
 		t.Errorf("kinds %s, %s; want linear_moe (sparse), full_dense (mlp_only_layers)", k0, k1)
 	}
 }
+
+// mtp.* keys are an indexed MTP layout, left out of the export and said so.
+func TestMTPLayout(t *testing.T) {
+	model := plugintest.Edited(t, plugin, denseConfig, func(c map[string]any) { c["mtp_num_hidden_layers"] = 1 }, "F32")
+	model.Tensors = append(model.Tensors, &pb.TensorInfo{Key: "mtp.fc.weight", Shape: []int64{64, 128}, Dtype: "F32"},
+		&pb.TensorInfo{Key: "mtp.layers.0.input_layernorm.weight", Shape: []int64{64}, Dtype: "F32"})
+	check, err := plugin.Check(context.Background(), &pb.CheckRequest{Model: model})
+	if err != nil || !check.GetSupported() {
+		t.Fatalf("check: %v %v", err, check.GetReasons())
+	}
+	if got := strings.Join(check.GetReasons(), ";"); !strings.Contains(got, "MTP weights (2 mtp.* tensors; mtp_num_hidden_layers 1) are left out") {
+		t.Errorf("notes %q", got)
+	}
+	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := plan.GetMtp(); m.GetConvention() != "indexed" || strings.Join(m.GetKeys(), " ") != "mtp.fc.weight mtp.layers.0.input_layernorm.weight" {
+		t.Errorf("mtp layout %v", m)
+	}
+}
