@@ -167,6 +167,15 @@ func refuse(m *decoder.Model, multimodal bool) error {
 			return fmt.Errorf("%s: %s is set; the qwen35 plugin does not implement it (remove it only if the model does not use it)", m.Config.Path(), field)
 		}
 	}
+	// Fields some releases carry that transformers never reads: it always
+	// gates the attention output by sigmoid and the DeltaNet norm by SiLU
+	// (swish). Another value asks for math the reference does not compute.
+	if gate, err := m.Config.BoolOr("attn_output_gate", true); err != nil || !gate {
+		return fmt.Errorf("%s: attn_output_gate is false; transformers (and this plugin) always gate the attention output", m.Config.Path())
+	}
+	if act, err := m.Config.StringOr("output_gate_type", "swish"); err != nil || act != "swish" && act != "silu" {
+		return fmt.Errorf("%s: output_gate_type %q; transformers (and this plugin) gate the DeltaNet output by swish (SiLU) only", m.Config.Path(), act)
+	}
 	if multimodal {
 		tied, err := m.Top.BoolOr("tie_word_embeddings", false) // the one transformers obeys
 		if err != nil {

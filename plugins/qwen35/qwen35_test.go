@@ -126,6 +126,8 @@ func TestRefusals(t *testing.T) {
 		"value heads":        {func(m map[string]any) { m["linear_num_value_heads"] = 3 }, "must be a multiple of linear_num_key_heads"},
 		"sliding window":     {func(m map[string]any) { m["use_sliding_window"] = true }, "use_sliding_window is set"},
 		"gelu":               {func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act "gelu" is not supported by the qwen35 plugin`},
+		"no output gate":     {func(m map[string]any) { m["attn_output_gate"] = false }, "attn_output_gate is false"},
+		"sigmoid norm gate":  {func(m map[string]any) { m["output_gate_type"] = "sigmoid" }, `output_gate_type "sigmoid"`},
 		"no conv kernel":     {func(m map[string]any) { delete(m, "linear_conv_kernel_dim") }, "linear_conv_kernel_dim"},
 		"zero interval":      {func(m map[string]any) { delete(m, "layer_types"); m["full_attention_interval"] = 0 }, "full_attention_interval must be positive"},
 		"odd rotary default": {func(m map[string]any) { delete(m, "rope_parameters"); m["head_dim"] = 36 }, "default partial_rotary_factor 0.25"},
