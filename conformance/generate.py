@@ -37,6 +37,7 @@ import gen_mistral
 import gen_olmo2
 import gen_phi3
 import gen_quant
+import gen_qwen35
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
@@ -101,7 +102,7 @@ import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
             **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC, **gen_mistral.MISTRAL_SPEC,
             **gen_olmo2.OLMO2_SPEC, **gen_gemma3.GEMMA3_SPEC,
-            **gen_phi3.PHI3_SPEC}
+            **gen_phi3.PHI3_SPEC, **gen_qwen35.QWEN35_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -119,6 +120,8 @@ def make_model(name, overrides, seed):
         return gen_phi3.make_model(overrides, seed, BASE)
     if name.startswith("gemma3-"):
         return gen_gemma3.make_model(overrides, seed, BASE)
+    if name.startswith(("qwen35-", "qwen35moe-", "qwen3next-")):
+        return gen_qwen35.make_model(name, overrides, seed, BASE)
     torch.manual_seed(seed)
     if name.startswith("qwen3-"):
         cfg = transformers.Qwen3Config(**{**BASE, **overrides})
@@ -442,7 +445,7 @@ def main():
     older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
                    - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC) - set(gen_mistral.MISTRAL_SPEC)
                    - set(gen_olmo2.OLMO2_SPEC) - set(gen_gemma3.GEMMA3_SPEC)
-                   - set(gen_phi3.PHI3_SPEC))
+                   - set(gen_phi3.PHI3_SPEC) - set(gen_qwen35.QWEN35_SPEC))
     gen_qwen3vl.generate(names)
     gen_quant.generate(names, sys.modules[__name__])
     for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC)):

@@ -14,12 +14,21 @@ def session(model_path):
     return ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
 
 
+# Cache inputs: the KV cache, and linear attention's states (each with its
+# _RetainedState output).
+CACHE_PREFIXES = ("past_", "conv_state.", "recurrent_state.")
+
+
+def is_cache(name):
+    return name.startswith(CACHE_PREFIXES)
+
+
 def empty_caches(sess, batch, ctx_len):
-    """Zero caches for every past_* input, shaped from the model's declared
-    [batch_size, heads, ctx_len, head_dim]."""
+    """Zero caches for every cache input, shaped from the model's declared
+    shape ([batch_size, heads, ctx_len, head_dim] for the KV cache)."""
     caches = {}
     for i in sess.get_inputs():
-        if i.name.startswith("past_"):
+        if is_cache(i.name):
             dims = [batch if d in ("batch_size", "full_batch_size") else ctx_len if d == "ctx_len" else d for d in i.shape]
             caches[i.name] = np.zeros(dims, dtype=ORT_TYPES[i.type])
     return caches
@@ -85,7 +94,7 @@ class Windows:
         self.sessions = [session(p) for p in window_paths]
 
     def get_inputs(self):
-        return [i for s in self.sessions for i in s.get_inputs() if i.name.startswith("past_")]
+        return [i for s in self.sessions for i in s.get_inputs() if is_cache(i.name)]
 
     def step(self, input_ids, position_ids, caches, extra=None):
         """extra: further graph inputs by name, fed to the windows that
@@ -95,7 +104,7 @@ class Windows:
         for s in self.sessions:
             names = [o.name for o in s.get_outputs()]
             declared = {i.name for i in s.get_inputs()}
-            feeds = {i.name: caches[i.name] for i in s.get_inputs() if i.name.startswith("past_")}
+            feeds = {i.name: caches[i.name] for i in s.get_inputs() if is_cache(i.name)}
             feeds["position_ids"] = position_ids
             feeds.update({k: v for k, v in {"input_ids": input_ids, **(extra or {})}.items() if k in declared})
             if hidden is not None:

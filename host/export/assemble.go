@@ -130,19 +130,57 @@ func (a *assembler) declareIO() error {
 	return nil
 }
 
-// placeContext binds the context function's cache input to the first
-// layer's cache of that name: it only reads its shape.
+// placeContext binds each cache input of the context function to the first
+// layer of the span that has that cache: the context only reads its shape.
+// A span none of whose layers reads a context value (linear-attention
+// layers only) gets no context part.
 func (a *assembler) placeContext() error {
-	first := a.layers()[0]
 	inputs := map[string]string{sdk.PositionIDs: sdk.PositionIDs}
-	for _, c := range a.kinds[first.GetKind()].GetCaches() {
-		inputs[c.GetName()] = cacheInput(c.GetName(), first.GetIndex())
+	for _, l := range a.layers() {
+		for _, c := range a.kinds[l.GetKind()].GetCaches() {
+			if _, ok := inputs[c.GetName()]; !ok {
+				inputs[c.GetName()] = cacheInput(c.GetName(), l.GetIndex())
+			}
+		}
+	}
+	if !a.readsContext() {
+		return nil
+	}
+	for _, in := range a.parts.context.GetFunction().GetInput() {
+		if _, ok := inputs[in]; !ok && a.isCache(in) {
+			return fmt.Errorf("layers %d..%d: the context part reads cache %q, which no layer of the window has; use windows that each hold a layer with it", a.span.First, a.span.Last, in)
+		}
 	}
 	outputs := map[string]string{}
 	for _, name := range a.parts.plan.GetContextOutputs() {
 		outputs[name] = contextValue(name)
 	}
 	return a.place(a.parts.context, sdk.NonLayer, "context", keepFormal(inputs, a.parts.context), outputs)
+}
+
+// readsContext reports whether a layer of the span declares a context value.
+func (a *assembler) readsContext() bool {
+	outputs := a.parts.plan.GetContextOutputs()
+	for _, l := range a.layers() {
+		for _, in := range a.parts.kinds[l.GetKind()].GetFunction().GetInput() {
+			if slices.Contains(outputs, in) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isCache reports whether name is a cache of some layer kind.
+func (a *assembler) isCache(name string) bool {
+	for _, k := range a.kinds {
+		for _, c := range k.GetCaches() {
+			if c.GetName() == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {

@@ -39,9 +39,6 @@ type partContract struct {
 	// layers the part binds weights for: sdk.NonLayer for parts other than
 	// layers.
 	layers []int32
-	// partial are cache inputs some but not all kinds that start a window
-	// declare (the context reads the first layer's cache): input -> why.
-	partial map[string]string
 }
 
 // Kinds of the values the host passes, as messages list them.
@@ -107,33 +104,14 @@ func (c contracts) embed() partContract {
 	return pc
 }
 
-// context: the cache inputs are the first layer's of each window, so a
-// cache the context reads must be declared by every kind that starts one.
+// context: a cache input is bound to the first layer of each window that
+// has a cache of that name (assemble.go), so it may read any kind's cache.
 func (c contracts) context() partContract {
 	pc := c.common(sdk.PartContext, []int32{sdk.NonLayer}, sdk.PositionIDs)
 	pc.reads = c.plan.GetContextOutputs()
-	pc.partial = map[string]string{}
-	kinds := kindIndex(c.plan)
-	var starts []*pb.Layer // the first layer of each window
-	for i, l := range c.plan.GetLayers() {
-		if i == 0 || c.windowSize > 0 && i%c.windowSize == 0 {
-			starts = append(starts, l)
-		}
-	}
-	for _, l := range starts {
-		for _, cache := range kinds[l.GetKind()].GetCaches() {
+	for _, k := range c.plan.GetKinds() {
+		for _, cache := range k.GetCaches() {
 			pc.pass(cache.GetName(), roleCache)
-		}
-	}
-	for _, name := range pc.passOrder {
-		if pc.passes[name] != roleCache {
-			continue
-		}
-		for _, l := range starts {
-			if !slices.ContainsFunc(kinds[l.GetKind()].GetCaches(), func(cs *pb.CacheSpec) bool { return cs.GetName() == name }) {
-				pc.partial[name] = fmt.Sprintf("is a cache of some layer kinds, but not of kind %q, whose layer %d starts a window", l.GetKind(), l.GetIndex())
-				break
-			}
 		}
 	}
 	return pc
@@ -301,9 +279,6 @@ func (pc partContract) checkInputs(p *problems, resp *pb.BuildResponse) {
 	for _, in := range fn.GetInput() {
 		switch {
 		case pc.passes[in] != "":
-			if why := pc.partial[in]; why != "" {
-				p.add("reads input %q, which %s", in, why)
-			}
 		case bound[in] == layers && (layers > 0 || vacuous):
 		case bound[in] > 0:
 			p.add("input %q is bound to a weight for some layers but not for layer %s", in, pc.unboundLayer(in, entries))

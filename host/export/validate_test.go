@@ -197,12 +197,13 @@ func TestValidateRefusesMistakes(t *testing.T) {
 			r.Dependencies = []*onnxpb.FunctionProto{{Domain: "strata.test", Name: "Helper", Input: []string{"x"}, Output: []string{"y"},
 				OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: 17}}, Node: []*onnxpb.NodeProto{node("Mul", "y", "x", "z")}}}
 		}), []string{`part layer kind "decoder": function strata.test.Helper it calls: node "y" (Mul) reads "z", which nothing in the function defines (inputs: x)`}},
-		"a cache not every window's first kind has": {func() (partContract, *pb.BuildResponse) {
+		"a cache no kind has": {func() (partContract, *pb.BuildResponse) {
 			plan := testPlan()
-			plan.Kinds[1].Caches = plan.Kinds[1].Caches[1:] // no past_key
-			plan.Layers[1].Kind = "unused"
+			for _, k := range plan.Kinds {
+				k.Caches = k.Caches[1:] // no past_key
+			}
 			return contracts{plan: plan, windowSize: 1}.context(), goodContext()
-		}, []string{`plugin test: part context: reads input "past_key", which is a cache of some layer kinds, but not of kind "unused", whose layer 1 starts a window`}},
+		}, []string{`plugin test: part context: input "past_key" is bound to nothing: no weight binding names it and the host does not pass it (it passes the inputs position_ids; the caches past_value)`}},
 		"a context value the context part lacks": {func() (partContract, *pb.BuildResponse) {
 			r := goodContext()
 			r.Function.Output = r.Function.Output[:2]

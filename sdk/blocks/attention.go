@@ -87,6 +87,9 @@ type Attention struct {
 	// SoftCap·tanh(scores/SoftCap), in the compute dtype (transformers'
 	// Gemma-2 eager attention, attn_logit_softcapping).
 	SoftCap float64
+	// Gate, when its weight is set, gates the heads' output before O:
+	// ctx·sigmoid(Gate(x)) (Qwen3-Next, Qwen3.5).
+	Gate Linear
 }
 
 // Apply computes attention for x [B,S,H] (already normed), writing this
@@ -105,6 +108,9 @@ func (a Attention) Apply(f *fn.Func, x fn.Value, c AttentionContext) (out, prese
 	values = f.Where(c.Invalid, f.Scalar(0), values)
 
 	ctx := a.core(f.Scope("core"), q, keys, values, c.Mask)
+	if a.Gate.Weight != "" {
+		ctx = f.Mul(ctx, f.Sigmoid(a.Gate.Apply(f.Scope("gate"), x)))
+	}
 	return a.O.Apply(f.Scope("o_proj"), ctx), presentKey, presentValue
 }
 

@@ -20,11 +20,12 @@ type Common struct {
 }
 
 // ParseCommon reads the common fields from r (num_key_value_heads defaults
-// to the heads, head_dim to hidden/heads) and checks their domain. Errors
-// go to r.Err, the first one kept.
+// to the heads, head_dim to hidden/heads; intermediate_size may be absent,
+// 0, for models without a dense MLP, Qwen3.5-MoE) and checks their domain.
+// Errors go to r.Err, the first one kept.
 func ParseCommon(r *hf.Reader) Common {
 	c := Common{
-		Hidden: r.Int("hidden_size"), Intermediate: r.Int("intermediate_size"),
+		Hidden: r.Int("hidden_size"), Intermediate: r.IntOr("intermediate_size", 0),
 		Layers: r.Int("num_hidden_layers"), Heads: r.Int("num_attention_heads"), Vocab: r.Int("vocab_size"),
 		Eps: r.FloatOr("rms_norm_eps", 1e-6), Tied: r.BoolOr("tie_word_embeddings", false),
 	}
@@ -36,7 +37,7 @@ func ParseCommon(r *hf.Reader) Common {
 		v    int
 	}{{"hidden_size", c.Hidden}, {"intermediate_size", c.Intermediate}, {"num_hidden_layers", c.Layers},
 		{"num_attention_heads", c.Heads}, {"vocab_size", c.Vocab}} {
-		if f.v <= 0 {
+		if f.v <= 0 && (f.name != "intermediate_size" || r.Config.Has(f.name)) {
 			r.Err = fmt.Errorf("%s: %s must be positive, got %d", r.Config.Path(), f.name, f.v)
 			return c
 		}

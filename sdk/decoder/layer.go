@@ -20,6 +20,9 @@ type Layer struct {
 	// attention reads of the model level (positions, cache, context).
 	Hidden fn.Value
 	Attn   blocks.AttentionContext
+	// States are the kind's caches other than the KV cache, by name
+	// (conv_state, recurrent_state), for kinds without past_key.
+	States map[string]fn.Value
 
 	declared []declaredWeight
 	finished bool
@@ -32,7 +35,7 @@ type declaredWeight struct {
 
 func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
 	l := &Layer{Func: f, Model: m, Kind: k}
-	l.Hidden, l.Attn = layerInputs(f, m.Export, m.positionRank())
+	l.Hidden, l.Attn, l.States = layerInputs(f, m.Export, m.positionRank(), k.caches(m))
 	return l
 }
 
@@ -148,12 +151,28 @@ type Norms struct{ Pre, Post string }
 //
 // and Gemma-2/3 have both.
 func (l *Layer) Residual(attn *Attention, attnNorms Norms, mlp Block, mlpNorms Norms) error {
-	attnW := attnNorms.declare(l, func() { attn.Declare(l) })
+	return l.MixerResidual(attn, attnNorms, mlp, mlpNorms)
+}
+
+// Mixer is a layer's token mixer: attention, or a linear attention with
+// states of its own. Mix returns its output and the retained state of each
+// of the kind's caches, in the kind's order.
+type Mixer interface {
+	Declare(l *Layer)
+	Mix(l *Layer, f *fn.Func, x fn.Value) (out fn.Value, caches []fn.Value)
+	// Scope names the mixer's nodes and weights: self_attn, linear_attn.
+	Scope() string
+}
+
+// MixerResidual is Residual with any token mixer:
+// h = x + Post(mix(Pre(x))); out = h + Post(mlp(Pre(h))).
+func (l *Layer) MixerResidual(mix Mixer, mixNorms Norms, mlp Block, mlpNorms Norms) error {
+	mixW := mixNorms.declare(l, func() { mix.Declare(l) })
 	mlpW := mlpNorms.declare(l, func() { mlp.Declare(l) })
 
-	var key, value fn.Value
-	hidden, err := attnNorms.apply(l, attnW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {
-		out, key, value = attn.Apply(l, l.Scope("self_attn"), x)
+	var caches []fn.Value
+	hidden, err := mixNorms.apply(l, mixW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {
+		out, caches = mix.Mix(l, l.Scope(mix.Scope()), x)
 		return out, nil
 	})
 	if err != nil {
@@ -165,7 +184,7 @@ func (l *Layer) Residual(attn *Attention, attnNorms Norms, mlp Block, mlpNorms N
 	if err != nil {
 		return err
 	}
-	l.Output(out, key, value)
+	l.Output(out, caches...)
 	return nil
 }
 
@@ -227,6 +246,10 @@ type Attention struct {
 	// Mask is the context value masking the scores: CtxMask when empty, or
 	// one the model added (a sliding-window mask).
 	Mask string
+	// OutputGate: q_proj holds, per head, the query's head_dim rows then
+	// a gate's, and the heads' output is multiplied by sigmoid(gate)
+	// before o_proj (Qwen3-Next, Qwen3.5: self_attn.q_proj [heads·2·head_dim, hidden]).
+	OutputGate bool
 
 	block blocks.Attention
 }
@@ -236,9 +259,17 @@ func (a *Attention) Declare(l *Layer) {
 	m := l.Model
 	q, kv, h := m.Heads*m.HeadDim, m.KVHeads*m.HeadDim, m.Hidden
 	names := []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}
-	qkv := l.projections(a.FusedQKV, names, []int{q, kv, kv}, h, a.QKVBias) // declared before o_proj
+	var qkv []blocks.Linear
+	var gate blocks.Linear
+	if a.OutputGate { // q and gate rows of the one q_proj, then k and v
+		var query blocks.Linear
+		query, gate = a.gatedQuery(l)
+		qkv = append([]blocks.Linear{query}, l.projections(a.FusedQKV, names[1:], []int{kv, kv}, h, a.QKVBias)...)
+	} else {
+		qkv = l.projections(a.FusedQKV, names, []int{q, kv, kv}, h, a.QKVBias) // declared before o_proj
+	}
 	a.block = blocks.Attention{Q: qkv[0], K: qkv[1], V: qkv[2], Heads: m.Heads, KVHeads: m.KVHeads, HeadDim: m.HeadDim, RoPE: m.RoPE, Scaling: a.Scaling,
-		SoftCap: a.SoftCap, O: l.Linear("self_attn.o_proj", h, q, a.OBias),
+		SoftCap: a.SoftCap, O: l.Linear("self_attn.o_proj", h, q, a.OBias), Gate: gate,
 	}
 	switch {
 	case a.QKNorm && a.QKNormAllHeads:
@@ -268,6 +299,47 @@ func (a *Attention) Declare(l *Layer) {
 		l.Attn.Cos, l.Attn.Sin = l.Context(ropeCos(a.RoPE)), l.Context(ropeSin(a.RoPE))
 	}
 }
+
+// gatedQuery declares the query and its output gate from the one stored
+// self_attn.q_proj whose rows are, per head, head_dim of the query then
+// head_dim of the gate (formal inputs self_attn.q_proj.* and self_attn.gate_proj.*).
+func (a *Attention) gatedQuery(l *Layer) (query, gate blocks.Linear) {
+	m := l.Model
+	heads, hd, h := int64(m.Heads), int64(m.HeadDim), int64(m.Hidden)
+	if a.FusedQKV != "" {
+		m.Fail(fmt.Errorf("%s: the attention sets OutputGate with FusedQKV", m.Config.Path()))
+	}
+	half := func(name string, part int64, shape ...int64) fn.Value {
+		return l.Computed(name, func(i int32) weight.Expr {
+			stored := weight.Tensor(m.LayerKey(i, "self_attn.q_proj."+shape0(shape)), append([]int64{heads * 2 * hd}, shape...)...)
+			perHead := weight.Reshape(stored, append([]int64{heads, 2 * hd}, shape...)...)
+			return weight.Reshape(weight.Slice(perHead, 1, part*hd, (part+1)*hd, 1), append([]int64{heads * hd}, shape...)...)
+		})
+	}
+	query.Weight, gate.Weight = half("self_attn.q_proj.weight", 0, h), half("self_attn.gate_proj.weight", 1, h)
+	if a.QKVBias {
+		query.Bias, gate.Bias = half("self_attn.q_proj.bias", 0), half("self_attn.gate_proj.bias", 1)
+	}
+	return query, gate
+}
+
+// shape0 is the stored tensor's name suffix: weight with a trailing
+// dimension, bias without.
+func shape0(trailing []int64) string {
+	if len(trailing) > 0 {
+		return "weight"
+	}
+	return "bias"
+}
+
+// Mix is Apply as a Mixer: the output and the key and value caches.
+func (a *Attention) Mix(l *Layer, f *fn.Func, x fn.Value) (fn.Value, []fn.Value) {
+	out, key, value := a.Apply(l, f, x)
+	return out, []fn.Value{key, value}
+}
+
+// Scope is self_attn.
+func (a *Attention) Scope() string { return "self_attn" }
 
 // Apply computes attention on x; it returns the output and the updated
 // key and value caches.

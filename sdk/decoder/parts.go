@@ -2,6 +2,7 @@ package decoder
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
@@ -207,10 +208,12 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 }
 
 // layerInputs declares a decoder layer's standard formal inputs (hidden
-// state, positions, batch_index with continuous batching, the KV cache, the
-// standard context values) and returns the hidden state and attention
-// context.
-func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int) (hidden fn.Value, c blocks.AttentionContext) {
+// state, positions, batch_index with continuous batching, the caches of the
+// kind, and, for a kind with the KV cache, the standard context values) and
+// returns the hidden state, the attention context and the caches other than
+// the KV cache by name. A kind without past_key (linear attention) reads no
+// context value: a window of such layers needs no context part.
+func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int, caches []*pb.CacheSpec) (hidden fn.Value, c blocks.AttentionContext, states map[string]fn.Value) {
 	hidden = f.Input(sdk.HiddenStates)
 	if rank == 3 { // the cache is written at row 0's positions, which the context part gives
 		c.PositionIDs = f.Input(CtxPositions)
@@ -220,10 +223,22 @@ func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int) (hidden fn.Value,
 	if opts.GetContinuousBatching() {
 		c.BatchIndex = f.Input(sdk.BatchIndex)
 	}
+	if !hasCache(caches, PastKey) {
+		states = map[string]fn.Value{}
+		for _, cs := range caches {
+			states[cs.GetName()] = f.Input(cs.GetName())
+		}
+		return hidden, c, states
+	}
 	c.PastKey, c.PastValue = f.Input(PastKey), f.Input(PastValue)
 	c.Cos, c.Sin, c.Mask = f.Input(CtxCos), f.Input(CtxSin), f.Input(CtxMask)
 	c.ReadIndices, c.Invalid = f.Input(CtxReadIndices), f.Input(CtxReadInvalid)
-	return hidden, c
+	return hidden, c, nil
+}
+
+// hasCache reports whether caches holds one called name.
+func hasCache(caches []*pb.CacheSpec, name string) bool {
+	return slices.ContainsFunc(caches, func(c *pb.CacheSpec) bool { return c.GetName() == name })
 }
 
 // finalHidden is the final part's formal output for OutputHidden.
