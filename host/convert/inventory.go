@@ -175,9 +175,12 @@ func textConfig(c map[string]any) map[string]any {
 	return m
 }
 
-// layerKey matches the key of a decoder layer's tensor: model.layers.{i}.,
-// model.language_model.layers.{i}. or language_model.model.layers.{i}.
-var layerKey = regexp.MustCompile(`^((?:model\.|model\.language_model\.|language_model\.model\.)layers\.)(\d+)\.`)
+// layerKey matches the key of a decoder layer's tensor under any prefix a
+// plugin reads the language model under (decoder.Architecture.Prefixes):
+// model.layers.{i}., and a multimodal release's model.language_model.,
+// language_model.model., language_model. and the doubled .model.model.
+// (longest first: the first alternative that matches is taken).
+var layerKey = regexp.MustCompile(`^((?:model\.language_model\.model\.|language_model\.model\.model\.|model\.language_model\.|language_model\.model\.|language_model\.|model\.)layers\.)(\d+)\.`)
 
 // layerOf is the decoder layer a key belongs to, and the layer's prefix
 // (e.g. "model.layers.3"); -1 when it belongs to none.
