@@ -69,6 +69,14 @@ QWEN3VL_SPEC = {
     "qwen3vl-f32-dense-vision": (dict(), "float32", {"seed": 3005, "top": VISION_TOKENS, "vision_prompts": True}),
     "qwen3vl-moe-f32-vision": (dict(MOE, num_hidden_layers=3, mlp_only_layers=[1]), "float32",
                                {"seed": 3006, "top": VISION_TOKENS, "vision_prompts": True}),
+    # MRoPE sections as transformers' Qwen3-VL reads them: none in the rope
+    # parameters (its default [24, 20, 20], far past head_dim 16's 8
+    # frequencies: the H and W strides clip), and one not summing to 8.
+    "qwen3vl-f32-mrope-default": (dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0)), "float32",
+                                  {"seed": 3009, "top": VISION_TOKENS, "vision_prompts": True}),
+    "qwen3vl-f32-mrope-clipped": (dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                            mrope_section=[1, 3, 3], mrope_interleaved=True)),
+                                  "float32", {"seed": 3010, "top": VISION_TOKENS, "vision_prompts": True}),
     # Other key layouts transformers loads (generate.rekey): a Qwen3VLModel's
     # (no model. before the language model or the vision tower) with the
     # head; the doubled .model.model. prefix its legacy renaming reads

@@ -33,14 +33,18 @@ var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []
 	ConfigObject: "text_config", Prefixes: lmPrefixes,
 	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{visionModel}},
 	Options:      []*pb.PluginOption{positionsOption, visionOption},
-	Load:         loadDense,
+	// Qwen3VLTextConfig's, where they differ from the common decoder's.
+	Defaults: map[string]any{"num_key_value_heads": 32, "head_dim": 128, "rope_theta": 5e5, "max_position_embeddings": 128000},
+	Load:     loadDense,
 }, {
 	ModelType: "qwen3_vl_moe", HFArchitectures: []string{"Qwen3VLMoeForConditionalGeneration"}, Name: "Qwen3VLMoe",
 	ConfigObject: "text_config", Prefixes: lmPrefixes,
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
 		Models: []string{visionModel}},
 	Options: []*pb.PluginOption{positionsOption, visionOption, decoder.MoEStrategyOption()},
-	Load:    loadMoE,
+	// Qwen3VLMoeTextConfig's, where they differ from the common decoder's.
+	Defaults: map[string]any{"num_key_value_heads": 16, "rope_theta": 5e5, "max_position_embeddings": 128000},
+	Load:     loadMoE,
 }}}
 
 // lmPrefixes are the layouts of the language model's keys transformers
@@ -68,8 +72,10 @@ func common(m *decoder.Model) (*decoder.Attention, error) {
 	if sliding {
 		return nil, fmt.Errorf("config.json: text_config.use_sliding_window is true; the qwen3vl plugin exports full attention only")
 	}
-	if len(m.RoPE.MRoPESection) != 3 {
-		return nil, fmt.Errorf("config.json: text_config's rope parameters have no mrope_section; Qwen3-VL needs interleaved multimodal RoPE")
+	if m.RoPE.MRoPESection == nil { // modeling_qwen3_vl's when the rope parameters have none
+		if err := m.RoPE.SetMRoPE([]int{24, 20, 20}); err != nil {
+			return nil, err
+		}
 	}
 	if m.Options[optPositions] == "3" {
 		m.PositionIDsRank = 3

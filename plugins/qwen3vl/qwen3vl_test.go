@@ -69,11 +69,10 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		"no text_config":   {func(m map[string]any) { delete(m, "text_config") }, `required object "text_config" is missing`},
-		"no mrope":         {text(func(m map[string]any) { delete(m["rope_parameters"].(map[string]any), "mrope_section") }), "no mrope_section"},
 		"not interleaved":  {text(func(m map[string]any) { m["rope_parameters"].(map[string]any)["mrope_interleaved"] = false }), "non-interleaved MRoPE"},
 		"sliding window":   {text(func(m map[string]any) { m["use_sliding_window"] = true }), "full attention only"},
 		"gelu":             {text(func(m map[string]any) { m["hidden_act"] = "gelu" }), `hidden_act "gelu"`},
-		"bad section":      {text(func(m map[string]any) { m["rope_parameters"].(map[string]any)["mrope_section"] = []int{4, 2, 1} }), "summing to rotary dimension / 2 = 8"},
+		"bad section":      {text(func(m map[string]any) { m["rope_parameters"].(map[string]any)["mrope_section"] = []int{4, 2} }), "must be 3 sizes"},
 		"tied not boolean": {func(m map[string]any) { m["tie_word_embeddings"] = "yes" }, "tie_word_embeddings"},
 	}
 	for name, tc := range cases {

@@ -177,18 +177,21 @@ func (r *RoPE) readMRoPE(s hf.Config) error {
 	if !interleaved {
 		return fmt.Errorf("config.json: non-interleaved MRoPE (mrope_interleaved false, Qwen2-VL style) is not supported")
 	}
-	total := 0
+	return r.SetMRoPE(section)
+}
+
+// SetMRoPE sets the interleaved MRoPE section [t, h, w]. As transformers'
+// Qwen3-VL recomposes the frequencies, t is not read (the frequencies left
+// turn with the T row) and the H and W strides stop at the rotary width:
+// sections need not sum to it, nor fit in it (mropeRow clips).
+func (r *RoPE) SetMRoPE(section []int) error {
+	if len(section) != 3 {
+		return fmt.Errorf("config.json: mrope_section %v must be 3 sizes [t, h, w]", section)
+	}
 	for _, n := range section {
 		if n < 0 {
 			return fmt.Errorf("config.json: mrope_section %v has a negative entry", section)
 		}
-		total += n
-	}
-	if len(section) != 3 || total != r.Dim/2 {
-		return fmt.Errorf("config.json: mrope_section %v must be 3 sizes [t, h, w] summing to rotary dimension / 2 = %d", section, r.Dim/2)
-	}
-	if 3*section[1] > r.Dim/2 || 3*section[2] > r.Dim/2 {
-		return fmt.Errorf("config.json: mrope_section %v: interleaving needs 3 × h and 3 × w ≤ %d", section, r.Dim/2)
 	}
 	r.MRoPESection = section
 	return nil

@@ -86,7 +86,7 @@ func TestRoPEConfigErrors(t *testing.T) {
 		"yarn zero attention":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "attention_factor": 0}}`, "rope_scaling.attention_factor must be a finite number > 0, got 0"},
 		"yarn negative mscale":   {`{"rope_scaling": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1, "mscale_all_dim": -10}}`, "mscale 1 and mscale_all_dim -10 give attention factor"},
 		"yarn truncate not bool": {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "truncate": 1}}`, `"truncate" must be`},
-		"mrope wrong sum":        {`{"rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 21]}}`, "must be 3 sizes [t, h, w] summing to rotary dimension / 2 = 64"},
+		"mrope two sizes":        {`{"rope_scaling": {"rope_type": "default", "mrope_section": [24, 40]}}`, "must be 3 sizes [t, h, w]"},
 		"mrope negative":         {`{"rope_scaling": {"rope_type": "default", "mrope_section": [-4, 34, 34]}}`, "negative entry"},
 		"mrope not interleaved":  {`{"rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24], "mrope_interleaved": false}}`, "non-interleaved MRoPE"},
 		"qwen2-vl mrope":         {`{"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}`, "non-interleaved MRoPE"},
@@ -159,4 +159,31 @@ func longropeList(n int, v float64) string {
 		parts[i] = strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// The interleaved MRoPE rows are transformers' Qwen3-VL recomposition:
+// frequency j turns with H where j ≡ 1 (mod 3) and j < 3h, with W where
+// j ≡ 2 and j < 3w, else with T; sections need not fit the rotary width.
+func TestMRoPERowsClipAsTransformers(t *testing.T) {
+	for _, tc := range []struct {
+		section []int
+		half    int
+		want    []int64
+	}{
+		{[]int{24, 20, 20}, 8, []int64{0, 1, 2, 0, 1, 2, 0, 1}}, // the default, past 8 frequencies
+		{[]int{1, 3, 3}, 8, []int64{0, 1, 2, 0, 1, 2, 0, 1}},
+		{[]int{4, 2, 2}, 8, []int64{0, 1, 2, 0, 1, 2, 0, 0}},
+		{[]int{6, 1, 1}, 8, []int64{0, 1, 2, 0, 0, 0, 0, 0}},
+		{[]int{8, 0, 0}, 8, []int64{0, 0, 0, 0, 0, 0, 0, 0}},
+	} {
+		var r RoPE
+		if err := r.SetMRoPE(tc.section); err != nil {
+			t.Fatal(err)
+		}
+		for j := range tc.half {
+			if got := r.mropeRow(j); got != tc.want[j] {
+				t.Errorf("section %v: frequency %d turns with row %d, want %d", tc.section, j, got, tc.want[j])
+			}
+		}
+	}
 }

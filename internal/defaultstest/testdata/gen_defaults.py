@@ -23,6 +23,14 @@ ARCHS = {
     "gemma3_text": {},
     # longrope with no top-level original_max_position_embeddings: the
     # class's top-level default overrides the rope parameters' own.
+    # 32 heads: the classes' default KV heads (32) must divide them.
+    "qwen3": {"num_attention_heads": 32},
+    # MoE sizes, every layer dense (a config alone holds no expert tensors).
+    "qwen3_moe": {"moe_intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [0, 1]},
+    # Multimodal: the language model's fields under text_config.
+    "qwen3_vl": {"text_config": {**SIZES, "num_attention_heads": 32}},
+    "qwen3_vl_moe": {"text_config": {**SIZES, "moe_intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "mlp_only_layers": [0, 1]}},
     "phi3": {"rope_parameters": {"rope_type": "longrope", "short_factor": [1, 1, 1, 1],
                                  "long_factor": [2, 2, 2, 2], "original_max_position_embeddings": 32}},
 }
@@ -36,14 +44,15 @@ def rope(c, layer_type=None):
 def main():
     out = {"transformers": transformers.__version__, "archs": {}}
     for mt, extra in ARCHS.items():
-        config = {"model_type": mt, **SIZES, **extra}
-        c = CONFIG_MAPPING[mt].from_dict(json.loads(json.dumps(config)))
+        config = {"model_type": mt, **extra} if "text_config" in extra else {"model_type": mt, **SIZES, **extra}
+        top = CONFIG_MAPPING[mt].from_dict(json.loads(json.dumps(config)))
+        c = top.text_config if "text_config" in extra else top
         full = rope(c, "full_attention" if mt == "gemma3_text" else None)
         want = {
             "rms_norm_eps": c.rms_norm_eps,
             "num_key_value_heads": c.num_key_value_heads,
             "head_dim": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-            "tie_word_embeddings": c.tie_word_embeddings,
+            "tie_word_embeddings": top.tie_word_embeddings,
             "rope_theta": full["rope_theta"],
             "config.max_position_embeddings": c.max_position_embeddings,
         }
