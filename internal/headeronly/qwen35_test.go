@@ -99,7 +99,11 @@ func headerTensors(t *testing.T, path string) map[string]Tensor {
 
 // TestQwen35Releases writes Qwen3-Next-80B-A3B-Instruct (per-expert keys,
 // 36 DeltaNet layers of 1,550 tensors, 12 attention layers of 1,549, the
-// MTP layer's 1,553, 4 GB shards) and checks counts, sizes and shapes.
+// MTP layer's 1,553, 4 GB shards) and Qwen3.5-397B-A17B (fused experts: 45
+// DeltaNet layers of 18, 15 attention layers of 15, the MTP layer's 19, a
+// 27-block vision tower of 333) and checks counts, sizes and shapes. The
+// latter's stacked experts (8.6 and 4.3 GB) are over the shard size: each
+// is a shard of its own.
 func TestQwen35Releases(t *testing.T) {
 	cases := map[string]struct {
 		tensors, shards int
@@ -117,6 +121,15 @@ func TestQwen35Releases(t *testing.T) {
 			"mtp.fc.weight": {2048, 4096},
 			"mtp.layers.0.mlp.experts.511.up_proj.weight": {512, 2048},
 		}, false},
+		"qwen3.5-397b-a17b": {333 + 45*18 + 15*15 + 3 + 19, 184, 403_397_928_944, map[string][]int64{
+			"model.language_model.layers.0.linear_attn.in_proj_qkv.weight": {2*16*128 + 64*128, 4096},
+			"model.language_model.layers.0.linear_attn.in_proj_a.weight":   {64, 4096},
+			"model.language_model.layers.0.linear_attn.out_proj.weight":    {4096, 8192},
+			"model.language_model.layers.3.self_attn.q_proj.weight":        {2 * 32 * 256, 4096},
+			"model.language_model.layers.59.mlp.experts.gate_up_proj":      {512, 2048, 4096},
+			"mtp.layers.0.mlp.experts.down_proj":                           {512, 4096, 1024},
+			"model.visual.merger.linear_fc2.weight":                        {4096, 4608},
+		}, true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
