@@ -47,12 +47,17 @@ type Stats struct {
 
 // generators maps a config's model_type to the tensors its checkpoint holds.
 var generators = map[string]func(configJSON []byte, dtype string) ([]Tensor, error){
-	"llama":        LlamaTensors,
-	"qwen3_moe":    Qwen3MoeTensors,
-	"gpt_oss":      GptOssTensors,
-	"glm4_moe":     Glm4MoeTensors,
-	"qwen3_vl":     Qwen3VLTensors,
-	"qwen3_vl_moe": Qwen3VLMoeTensors,
+	"llama":            LlamaTensors,
+	"qwen3_moe":        Qwen3MoeTensors,
+	"gpt_oss":          GptOssTensors,
+	"glm4_moe":         Glm4MoeTensors,
+	"qwen3_vl":         Qwen3VLTensors,
+	"qwen3_vl_moe":     Qwen3VLMoeTensors,
+	"qwen3_next":       qwen35Generator("qwen3_next"),
+	"qwen3_5_text":     qwen35Generator("qwen3_5_text"),
+	"qwen3_5_moe_text": qwen35Generator("qwen3_5_moe_text"),
+	"qwen3_5":          qwen35Generator("qwen3_5"),
+	"qwen3_5_moe":      qwen35Generator("qwen3_5_moe"),
 }
 
 // Tensors lists the tensors of a checkpoint of configJSON's model_type, in

@@ -37,13 +37,9 @@ func Qwen3VLMoeTensors(configJSON []byte, dt string) ([]Tensor, error) {
 }
 
 func qwen3VLTensors(configJSON []byte, dt string, moe bool) ([]Tensor, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(configJSON, &top); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
-	}
-	text, ok := top["text_config"]
-	if !ok {
-		return nil, fmt.Errorf("config.json: text_config is missing")
+	text, tr, err := splitTextConfig(configJSON)
+	if err != nil {
+		return nil, err
 	}
 	d, r, err := parseDecoder(text, dt)
 	if err != nil {
@@ -60,22 +56,8 @@ func qwen3VLTensors(configJSON []byte, dt string, moe bool) ([]Tensor, error) {
 	if moe && s.sparseStep <= 0 {
 		return nil, fmt.Errorf("config.json: decoder_sparse_step must be positive, got %d", s.sparseStep)
 	}
-	c, err := hf.Parse(configJSON)
-	if err != nil {
-		return nil, err
-	}
-	tr := &hf.Reader{Config: c}
 	s.Tied = tr.BoolOr("tie_word_embeddings", false)
-	if v, ok := tr.Object("vision_config"); ok {
-		vr := &hf.Reader{Config: v}
-		s.vision = qwen3VLVision{depth: vr.Int("depth"), hidden: vr.Int("hidden_size"), intermediate: vr.Int("intermediate_size"),
-			inChannels: vr.IntOr("in_channels", 3), patch: vr.Int("patch_size"), temporalPatch: vr.IntOr("temporal_patch_size", 2),
-			merge: vr.IntOr("spatial_merge_size", 2), positions: vr.Int("num_position_embeddings"), out: vr.Int("out_hidden_size"),
-			deepstack: len(vr.Ints("deepstack_visual_indexes"))}
-		if vr.Err != nil {
-			return nil, vr.Err
-		}
-	}
+	s.vision = readQwen3VLVision(tr)
 	if tr.Err != nil {
 		return nil, tr.Err
 	}
@@ -108,6 +90,42 @@ func (s qwen3VLShape) layer(l int, prefix, dt string) []Tensor {
 		out = append(out, gatedMLP(prefix+"mlp.", dt, h, int64(s.intermediate), false)...)
 	}
 	return append(out, s.norms(prefix, dt)...)
+}
+
+// splitTextConfig returns a multimodal config's text_config as JSON, and a
+// reader of the whole config for its top-level fields.
+func splitTextConfig(configJSON []byte) ([]byte, *hf.Reader, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(configJSON, &top); err != nil {
+		return nil, nil, fmt.Errorf("config.json: %w", err)
+	}
+	text, ok := top["text_config"]
+	if !ok {
+		return nil, nil, fmt.Errorf("config.json: text_config is missing")
+	}
+	c, err := hf.Parse(configJSON)
+	if err != nil {
+		return nil, nil, err
+	}
+	return text, &hf.Reader{Config: c}, nil
+}
+
+// readQwen3VLVision reads top's vision_config, if any, keeping its errors
+// in top.
+func readQwen3VLVision(top *hf.Reader) qwen3VLVision {
+	c, ok := top.Object("vision_config")
+	if !ok {
+		return qwen3VLVision{}
+	}
+	vr := &hf.Reader{Config: c}
+	v := qwen3VLVision{depth: vr.Int("depth"), hidden: vr.Int("hidden_size"), intermediate: vr.Int("intermediate_size"),
+		inChannels: vr.IntOr("in_channels", 3), patch: vr.Int("patch_size"), temporalPatch: vr.IntOr("temporal_patch_size", 2),
+		merge: vr.IntOr("spatial_merge_size", 2), positions: vr.Int("num_position_embeddings"), out: vr.Int("out_hidden_size"),
+		deepstack: len(vr.Ints("deepstack_visual_indexes"))}
+	if vr.Err != nil {
+		top.Fail(vr.Err)
+	}
+	return v
 }
 
 // tensors lists the vision tower's: patch embedding (Conv3d), the learned
