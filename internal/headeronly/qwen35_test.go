@@ -137,7 +137,6 @@ func TestQwen35Releases(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Config = withoutMRoPE(t, r.Config)
 			tensors, err := Tensors(r.Config, "BF16")
 			if err != nil {
 				t.Fatal(err)
@@ -171,30 +170,6 @@ func TestQwen35Releases(t *testing.T) {
 			}
 		})
 	}
-}
-
-// withoutMRoPE drops text_config.rope_parameters' mrope_section: the SDK
-// refuses Qwen3.5's [11, 11, 10] (3 × 11 > 64 / 2), which transformers
-// accepts (its interleaving slice stops at the end), and no shape depends
-// on it.
-func withoutMRoPE(t *testing.T, config []byte) []byte {
-	t.Helper()
-	var c map[string]any
-	if err := json.Unmarshal(config, &c); err != nil {
-		t.Fatal(err)
-	}
-	text, ok := c["text_config"].(map[string]any)
-	if !ok {
-		return config
-	}
-	if rp, ok := text["rope_parameters"].(map[string]any); ok {
-		delete(rp, "mrope_section")
-	}
-	out, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestQwen35Layouts checks layer kinds and MTP for each model type from
