@@ -153,6 +153,10 @@ func (c *Checkpoint) readShards() error {
 	if err != nil {
 		return err
 	}
+	if len(index) > 0 { // one map and list of the right size, not 17 doublings of each
+		c.tensors = make(map[string]*Tensor, len(index))
+		c.keys = make([]string, 0, len(index))
+	}
 	for _, name := range names {
 		sh, err := readShard(c.path(name), name, &c.BytesRead)
 		if errors.Is(err, fs.ErrNotExist) && index != nil {
@@ -257,8 +261,7 @@ func parseIndex(data []byte) ([]string, map[string]string, error) {
 
 // readWeightMap reads the index's "weight_map" object: tensor key to shard.
 func readWeightMap(data []byte) (map[string]string, error) {
-	p := parsers.Get()
-	defer parsers.Put(p)
+	var p fastjson.Parser // its cache, the size of the index, is let go of
 	v, err := p.ParseBytes(data)
 	if err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)

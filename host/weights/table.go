@@ -109,10 +109,10 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 	if _, taken := t.weights[name]; taken {
 		return "", fmt.Errorf("two different weights are both named %s", name)
 	}
-	for _, key := range e.Keys() { // the sources' files, in first-use order
+	e.EachLeaf(func(key string) { // the sources' files, in first-use order
 		tensor, _ := t.ckpt.Tensor(key)
 		t.checkpointFile(tensor.Shard)
-	}
+	})
 	w := &pending{expr: e, spec: Weight{Name: name, DType: dtype.Name(e.Type.DType), Shape: e.Type.Shape}}
 	if !e.IsLeaf() {
 		w.spec.Transform = e
@@ -154,13 +154,13 @@ func BindingExpr(wb *pb.WeightBinding, q *quant.View) (*transform.Expr, error) {
 
 // refuseStoredParts: a plugin binds a quantised weight by its logical key,
 // never its packed tensor or a scale (which it is not shown).
-func refuseStoredParts(e *transform.Expr, q *quant.View) error {
-	for _, k := range e.Keys() {
-		if q.Stored(k) {
-			return fmt.Errorf("tensor %s is part of a quantised weight (its packed values or a scale): bind the weight by its logical key", k)
+func refuseStoredParts(e *transform.Expr, q *quant.View) (err error) {
+	e.EachLeaf(func(k string) {
+		if err == nil && q.Stored(k) {
+			err = fmt.Errorf("tensor %s is part of a quantised weight (its packed values or a scale): bind the weight by its logical key", k)
 		}
-	}
-	return nil
+	})
+	return err
 }
 
 // expression reads the binding, checks it against the checkpoint, and casts

@@ -137,6 +137,16 @@ func (e *Expr) Keys() []string {
 	return keys
 }
 
+// EachLeaf calls fn with the key of every leaf, in order, repeats included:
+// Keys without its list, for a stack of 512 experts visited per binding.
+func (e *Expr) EachLeaf(fn func(key string)) {
+	e.walk(func(x *Expr) {
+		if x.IsLeaf() {
+			fn(x.Key)
+		}
+	})
+}
+
 func (e *Expr) walk(fn func(*Expr)) {
 	fn(e)
 	for _, a := range e.Args {
