@@ -88,6 +88,10 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 		return nil, nil, err
 	}
 	res, err := export.Run(c.Context, p, ckpt, opts)
+	var kept *export.KeptWindowsError
+	if errors.As(err, &kept) && c.Context.Err() != nil { // run reports only "interrupted"
+		fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", kept)
+	}
 	var lw *export.LayerwiseError
 	if errors.As(err, &lw) {
 		return nil, nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))

@@ -157,7 +157,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	}
 	defer func() {
 		if err != nil {
-			e.out.Discard()
+			err = e.out.discard(err, e.opts.KeepWindows)
 		} else {
 			err = e.out.Close()
 		}

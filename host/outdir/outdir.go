@@ -892,6 +892,20 @@ func (d *Dir) Discard() {
 	os.Remove(d.abs) // only if empty
 }
 
+// DiscardKeeping is Discard, except that a directory Open created is kept,
+// as a finished run leaves it (closed, temporary files removed), while
+// strata's files under rel are there: what a re-run reuses (an export's
+// kept windows) is not thrown away with the failed run. It reports whether
+// it kept the directory.
+func (d *Dir) DiscardKeeping(rel string) bool {
+	if d.fd >= 0 && d.created && len(d.Files(rel)) > 0 {
+		d.Close()
+		return true
+	}
+	d.Discard()
+	return false
+}
+
 // Owned reports whether rel is something strata made and still is as made.
 func (d *Dir) Owned(rel string) bool {
 	d.mu.Lock()
