@@ -146,6 +146,9 @@ func earlier(t *testing.T, src, out, plugins string, flags ...string) {
 func catalogue() []catalogueCase {
 	var cases []catalogueCase
 	add := func(c catalogueCase) { cases = append(cases, c) }
+	compileScene := func(src, out, plugins string, flags ...string) scene {
+		return scene{args: append([]string{"compile", src, "--out", out, "--dry-run", "--plugin-dir", plugins}, flags...), out: out}
+	}
 
 	// 1. The source named like an output entry, --out its parent.
 	for _, tc := range []struct{ dirName, flag string }{
@@ -239,6 +242,47 @@ func catalogue() []catalogueCase {
 		out := filepath.Join(root, "out")
 		earlier(t, src, out, plugins, "--weights=materialize", "--layerwise", "--keep-windows")
 		return exportScene(src, out, plugins, "--link=copy")
+	}})
+	// Control files strata did not write (issue 30), judged by what they
+	// are: export and compile refuse, writing and removing nothing.
+	for _, tc := range []struct{ name, file, want string }{
+		{"a foreign .strata-lock", ".strata-lock", "does not hold what strata writes"},
+		{"a .strata-lock hard-linked to a file outside", ".strata-lock", "2 hard links"},
+		{"a .strata-lock symlinked to a file outside", ".strata-lock", "is a symlink"},
+		{"a foreign .strata-owned.json", ".strata-owned.json", "does not hold what strata writes"},
+		{"a foreign .strata-owned.json.new", ".strata-owned.json.new", "does not hold what strata writes"},
+		{"a .strata-owned.json.new hard-linked to a file outside", ".strata-owned.json.new", "2 hard links"},
+		{"a .strata-owned.lock hard-linked to a file outside", ".strata-owned.lock", "2 hard links"},
+	} {
+		for _, cmd := range []string{"export", "compile"} {
+			add(catalogueCase{name: cmd + ": " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+				src := tiny(t, filepath.Join(root, "src"))
+				out, outside := filepath.Join(root, "out"), filepath.Join(root, "outside")
+				must(t, os.MkdirAll(out, 0o755))
+				target := filepath.Join(out, tc.file)
+				switch {
+				case strings.Contains(tc.name, "hard-linked"):
+					put(t, outside, "")
+					must(t, os.Link(outside, target))
+				case strings.Contains(tc.name, "symlinked"):
+					put(t, outside, "")
+					must(t, os.Symlink(outside, target))
+				default:
+					put(t, target, "the user's notes")
+				}
+				if cmd == "compile" {
+					return compileScene(src, out, plugins)
+				}
+				return exportScene(src, out, plugins)
+			}})
+		}
+	}
+	add(catalogueCase{name: "an earlier export's .strata-owned.json hard-linked outside", want: "2 hard links", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		must(t, os.Link(filepath.Join(out, ".strata-owned.json"), filepath.Join(root, "outside")))
+		return exportScene(src, out, plugins)
 	}})
 	// 4. Special files as checkpoint data.
 	for _, tc := range []struct{ name, file, want string }{
@@ -456,9 +500,6 @@ func catalogue() []catalogueCase {
 		return scene{args: []string{"compile", exp, "--out", filepath.Join(root, "out"), "--dry-run", "--plugin-dir", plugins}, out: filepath.Join(root, "out")}
 	}})
 	// 5. compile.
-	compileScene := func(src, out, plugins string, flags ...string) scene {
-		return scene{args: append([]string{"compile", src, "--out", out, "--dry-run", "--plugin-dir", plugins}, flags...), out: out}
-	}
 	add(catalogueCase{name: "compile --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
 		return compileScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
 	}})

@@ -205,6 +205,9 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	if d.fd, err = unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return nil, &Error{Dir: dir, Reason: "cannot be opened", Err: err}
 	}
+	if err := d.checkControls(); err != nil {
+		return nil, err
+	}
 	if err := d.lockDir(); err != nil {
 		return nil, err
 	}
@@ -335,6 +338,11 @@ func (d *Dir) lockDir() error {
 		return &Error{Dir: d.path, Reason: "cannot create its lock file " + LockFile, Err: err}
 	}
 	d.lock = os.NewFile(uintptr(fd), filepath.Join(d.abs, LockFile))
+	if why := notOurs(fd); !d.lockMade && why != "" { // swapped since checkControls
+		d.lock.Close()
+		d.lock = nil
+		return foreignControl(d.path, LockFile, why)
+	}
 	how := unix.LOCK_EX
 	if d.shared {
 		how = unix.LOCK_SH
@@ -357,6 +365,89 @@ func (d *Dir) lockDir() error {
 		d.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	}
 	return nil
+}
+
+// controlFiles are the control files an output directory may hold, each
+// with what strata writes into it: a lock holds nothing or a pid; the
+// manifest (and its replacement being written) strata's manifest format.
+var controlFiles = []struct {
+	name string
+	ours func([]byte) bool
+}{
+	{LockFile, isLockContent},
+	{manifestLock, isLockContent},
+	{ManifestFile, isManifest},
+	{manifestNew, isManifestStart},
+}
+
+// checkControls refuses a directory whose control files strata did not
+// write, by what they are: a symlink, a special file, a file with other
+// hard links (strata would write through it, or remove a name of a file
+// elsewhere) or one that holds what strata never writes there.
+func (d *Dir) checkControls() error {
+	for _, c := range controlFiles {
+		fd, err := unix.Openat(d.fd, c.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue
+		case errors.Is(err, unix.ELOOP):
+			return foreignControl(d.path, c.name, "is a symlink")
+		case err != nil:
+			return &Error{Dir: d.path, Reason: "cannot read its control file " + c.name, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), c.name)
+		why := notOurs(fd)
+		if why == "" {
+			data, err := io.ReadAll(io.LimitReader(f, 256<<20))
+			if err != nil || !c.ours(data) {
+				why = "does not hold what strata writes there"
+			}
+		}
+		f.Close()
+		if why != "" {
+			return foreignControl(d.path, c.name, why)
+		}
+	}
+	return nil
+}
+
+// notOurs says why the open file fd cannot be a control file strata made:
+// strata's are regular files with one link.
+func notOurs(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "cannot be read: " + err.Error()
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "is not a regular file"
+	}
+	if st.Nlink != 1 {
+		return fmt.Sprintf("has %d hard links (it is also a file elsewhere)", st.Nlink)
+	}
+	return ""
+}
+
+func foreignControl(dir, name, why string) error {
+	return &Error{Dir: dir, Reason: fmt.Sprintf("its %s %s, so strata did not write it; strata never writes through, replaces or removes a file it did not write: move it away, or choose another directory", name, why)}
+}
+
+// isLockContent: a lock holds nothing, or the pid of its holder.
+func isLockContent(data []byte) bool {
+	s := strings.TrimSuffix(string(data), "\n")
+	return len(s) <= 20 && strings.Trim(s, "0123456789") == ""
+}
+
+func isManifest(data []byte) bool {
+	var m manifest
+	return json.Unmarshal(data, &m) == nil && m.Format == manifestFormat && m.Version == manifestVersion
+}
+
+// isManifestStart: a manifest strata was writing when it was killed
+// (json.Marshal's field order: format first).
+func isManifestStart(data []byte) bool {
+	head := `{"format":"` + manifestFormat + `"`
+	n := min(len(data), len(head))
+	return string(data[:n]) == head[:n]
 }
 
 // load reads the manifest; a missing or unreadable one owns nothing.
