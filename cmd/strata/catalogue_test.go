@@ -416,11 +416,27 @@ func catalogue() []catalogueCase {
 	add(catalogueCase{name: "convert --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
 		return convertScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
 	}})
-	add(catalogueCase{name: "convert --out the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+	add(catalogueCase{name: "convert --out the source", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
 		src := tiny(t, filepath.Join(root, "src"))
 		return convertScene(src, src, plugins)
 	}})
-	add(catalogueCase{name: "convert --out holding the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+	// --out inside the source, also through a symlink or a bind mount
+	// (issue 30): export's check (host/outdir), judged by identity.
+	for _, how := range []string{"directly", "through a symlink", "through a symlinked parent", "through a bind mount"} {
+		add(catalogueCase{name: "convert --out inside the source " + how, want: "lies inside the source", setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			return convertScene(src, filepath.Join(aliasOf(t, root, src, how), "conv"), plugins)
+		}})
+	}
+	add(catalogueCase{name: "export --out the source through a bind mount", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		return exportScene(src, aliasOf(t, root, src, "through a bind mount"), plugins)
+	}})
+	add(catalogueCase{name: "export --out holding the source through a bind mount", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "parent", "src"))
+		return exportScene(src, aliasOf(t, root, filepath.Join(root, "parent"), "through a bind mount"), plugins)
+	}})
+	add(catalogueCase{name: "convert --out holding the source", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
 		return convertScene(tiny(t, filepath.Join(root, "parent", "weights")), filepath.Join(root, "parent"), plugins)
 	}})
 	add(catalogueCase{name: "convert --out an export", want: "strata export", setup: func(t *testing.T, root, plugins string) scene {
@@ -580,6 +596,30 @@ func catalogue() []catalogueCase {
 		return s
 	}})
 	return cases
+}
+
+// aliasOf is another path to directory dir: dir itself, a symlink to it,
+// a path under a symlink to its parent, or a bind mount of it (skipped
+// where mounting is not allowed; unmounted when the test ends).
+func aliasOf(t *testing.T, root, dir, how string) string {
+	t.Helper()
+	alias := filepath.Join(root, "alias")
+	switch how {
+	case "directly":
+		return dir
+	case "through a symlink":
+		must(t, os.Symlink(dir, alias))
+		return alias
+	case "through a symlinked parent":
+		must(t, os.Symlink(filepath.Dir(dir), alias))
+		return filepath.Join(alias, filepath.Base(dir))
+	}
+	must(t, os.Mkdir(alias, 0o755))
+	if err := syscall.Mount(dir, alias, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("no bind mount here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(alias, syscall.MNT_DETACH) })
+	return alias
 }
 
 // negativeShapeBin is a torch.save archive whose one tensor has shape [-1].

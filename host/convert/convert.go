@@ -266,17 +266,7 @@ func (p *plan) runInfo() runInfo {
 // shared, so that runs of disjoint --layers (on machines sharing the file
 // system, too) write into it at once.
 func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *outDir, err error) {
-	dir, err := filepath.Abs(out)
-	if err != nil {
-		return nil, err
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	}
-	if within(dir, inv.dir) || within(inv.dir, dir) {
-		return nil, fmt.Errorf("--out %s and the source %s overlap: the output must be a directory outside the source checkpoint (the source is never written)", out, inv.dir)
-	}
-	d, err := outdir.Open(ctx, out, outdir.Options{Tool: "convert", Shared: true, Sources: inv.sources()})
+	d, err := outdir.Open(ctx, out, outdir.Options{Tool: "convert", Shared: true, Sources: inv.sources(), Outside: inv.dirs()})
 	if err != nil {
 		return nil, err
 	}
@@ -302,12 +292,6 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 		return nil, fmt.Errorf("--out %s holds another conversion (of %s, dtype %q, quantize %q, from other source headers or options): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev.Source, prev.DType, prev.Quantize)
 	}
 	return o, nil
-}
-
-// within reports whether path is dir or inside it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 // layerRecord is the manifest entry of a finished shard.

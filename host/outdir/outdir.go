@@ -97,6 +97,11 @@ type Options struct {
 	// checkpoint, its shards with symlinks resolved): none may lie inside
 	// the output directory, and the output directory may not be one of them.
 	Sources []string
+	// Outside are directories the output directory may not lie in either
+	// (convert: the source checkpoint). Like Sources, judged by what the
+	// directories are (device and inode), so neither a symlink nor a bind
+	// mount leads the output into them.
+	Outside []string
 	// Shared lets several processes of one tool write the directory at once
 	// (convert's layer ranges, machines sharing a file system): each holds
 	// the lock shared, manifest updates merge under a short exclusive lock,
@@ -171,7 +176,7 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 		return nil, err
 	}
 	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, owned: map[string][]Entry{}, dropped: map[string]bool{}}
-	if err := d.checkSources(opts.Sources); err != nil {
+	if err := d.checkSources(opts.Sources, opts.Outside); err != nil {
 		return nil, err
 	}
 	info, statErr := os.Stat(abs)
@@ -278,21 +283,26 @@ func (d *Dir) Join(rel string) string { return filepath.Join(d.path, filepath.Fr
 // Created reports whether Open made the directory.
 func (d *Dir) Created() bool { return d.created }
 
-// checkSources refuses an output directory that is, or contains, something
-// strata reads. One inside the source checkpoint is fine: it is new or
-// strata's own, so nothing of the source can collide with what is written.
-func (d *Dir) checkSources(sources []string) error {
+// checkSources refuses an output directory that is, or contains,
+// something strata reads, or that lies in one of the outside directories.
+// One inside the source checkpoint is fine unless the source is outside:
+// it is new or strata's own, so nothing of the source can collide with what
+// is written. Directories are compared by identity, so a symlink or a bind
+// mount is seen through.
+func (d *Dir) checkSources(sources, outside []string) error {
 	out := resolve(d.abs)
 	for _, s := range sources {
-		src := resolve(s)
-		if src == "" {
-			continue
+		rel, ok := under(out, resolve(s))
+		switch {
+		case ok && rel == ".":
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it is the source %s (links and mounts resolved); strata never writes into its source: choose another directory", s)}
+		case ok:
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it contains the source %s (at %s, links and mounts resolved), which strata must never overwrite or delete: choose a directory outside it", s, rel)}
 		}
-		if src == out {
-			return &Error{Dir: d.path, Reason: fmt.Sprintf("it is the source %s (symlinks resolved); strata never writes into its source: choose another directory", s)}
-		}
-		if rel, ok := within(out, src); ok {
-			return &Error{Dir: d.path, Reason: fmt.Sprintf("it contains the source %s (at %s, symlinks resolved), which strata must never overwrite or delete: choose a directory outside it", s, rel)}
+	}
+	for _, s := range outside {
+		if rel, ok := under(resolve(s), out); ok {
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it lies inside the source %s (at %s, links and mounts resolved), which strata never writes into: choose a directory outside it", s, rel)}
 		}
 	}
 	return nil
@@ -317,10 +327,39 @@ func resolve(p string) string {
 	}
 }
 
-// within reports whether p lies inside dir, and where.
-func within(dir, p string) (string, bool) {
+// under reports whether resolved path p is directory dir or lies inside
+// it, and where: dir is compared, by device and inode, with p and each of
+// p's existing parents, so that a bind mount of dir (another path to the
+// same directory) is seen too.
+func under(dir, p string) (string, bool) {
+	if dir == "" || p == "" {
+		return "", false
+	}
+	want, err := os.Stat(dir)
+	if err != nil || !want.IsDir() {
+		rel, ok := lexicallyUnder(dir, p)
+		return rel, ok
+	}
+	var tail []string
+	for cur := p; ; cur = filepath.Dir(cur) {
+		if got, err := os.Stat(cur); err == nil && os.SameFile(want, got) {
+			if len(tail) == 0 {
+				return ".", true
+			}
+			slices.Reverse(tail)
+			return filepath.Join(tail...), true
+		}
+		if filepath.Dir(cur) == cur {
+			return "", false
+		}
+		tail = append(tail, filepath.Base(cur))
+	}
+}
+
+// lexicallyUnder is under by the paths alone (dir is not there yet).
+func lexicallyUnder(dir, p string) (string, bool) {
 	rel, err := filepath.Rel(dir, p)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", false
 	}
 	return rel, true
