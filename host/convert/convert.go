@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -245,6 +246,18 @@ type runInfo struct {
 	MTP         []MTPDescription `json:"mtp"`
 }
 
+// String names the conversion as its options say: `of model, --dtype
+// float16, --quantize none`.
+func (r runInfo) String() string {
+	opt := func(v string) string {
+		if v == "" {
+			return "not given"
+		}
+		return v
+	}
+	return fmt.Sprintf("of %s, --dtype %s, --quantize %s", r.Source, opt(r.DType), opt(r.Quantize))
+}
+
 func (p *plan) runInfo() runInfo {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\ndtype=%s\nquantize=%s\n", formatTag, p.opts.DType, p.opts.Quantize)
@@ -278,7 +291,12 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 	o := &outDir{d: d, dir: d.Abs(), p: p, run: p.runInfo()}
 	runRel := ManifestDir + "/" + runFile
 	if !d.Owned(runRel) {
-		return o, writeJSON(d, runRel, o.run)
+		// Runs of --layers starting at once race to make it: one does,
+		// the others compare their options with the winner's.
+		err := writeJSONWith(d.WriteFileNew, runRel, o.run)
+		if !errors.Is(err, fs.ErrExist) {
+			return o, err
+		}
 	}
 	data, err := d.ReadFile(runRel)
 	if err != nil {
@@ -289,7 +307,7 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 		return nil, fmt.Errorf("%s: not a strata conversion manifest (%v): use a new --out", d.Join(runRel), err)
 	}
 	if prev.Fingerprint != o.run.Fingerprint {
-		return nil, fmt.Errorf("--out %s holds another conversion (of %s, dtype %q, quantize %q, from other source headers or options): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev.Source, prev.DType, prev.Quantize)
+		return nil, fmt.Errorf("--out %s holds another conversion (%s) and this run is %s (or the source headers differ): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev, o.run)
 	}
 	return o, nil
 }

@@ -1099,6 +1099,8 @@ type File struct {
 	rel, tmp  string
 	dirfd     int
 	committed bool
+	// noReplace: Commit fails (fs.ErrExist) if rel is there by then.
+	noReplace bool
 }
 
 // Create starts file rel; nothing bears its name until Commit. Its mode is
@@ -1150,7 +1152,31 @@ func (f *File) commit(sync bool) (err error) {
 	if err := f.File.Close(); err != nil {
 		return err
 	}
+	if f.noReplace {
+		return f.d.placeNew(f.dirfd, f.tmp, f.rel)
+	}
 	return f.d.place(f.dirfd, f.tmp, f.rel)
+}
+
+// placeNew records tmp's identity under rel and renames it there unless
+// something (another writer's file) already is: then fs.ErrExist.
+func (d *Dir) placeNew(dirfd int, tmp, rel string) error {
+	e, err := statAt(dirfd, tmp)
+	if err != nil {
+		return err
+	}
+	if err := d.record(rel, e, true); err != nil {
+		return err
+	}
+	if err := renameNoReplace(dirfd, tmp, path.Base(rel)); err != nil {
+		d.unrecord(rel, e)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("another strata process wrote it first: %w", fs.ErrExist)
+		}
+		return err
+	}
+	d.settle(rel, e)
+	return nil
 }
 
 // place records tmp's identity under rel, then renames it there.
@@ -1196,6 +1222,22 @@ func (f *File) Abort() {
 // WriteFile writes rel atomically.
 func (d *Dir) WriteFile(rel string, data []byte) error {
 	return d.WriteFileMode(rel, data, 0o644)
+}
+
+// WriteFileNew writes rel atomically if nothing has that name by the time
+// it is renamed into place; otherwise it writes nothing and the error wraps
+// fs.ErrExist: of writers racing to make one file, exactly one does.
+func (d *Dir) WriteFileNew(rel string, data []byte) error {
+	f, err := d.Create(rel)
+	if err != nil {
+		return err
+	}
+	f.noReplace = true
+	if _, err := f.Write(data); err != nil {
+		f.Abort()
+		return fmt.Errorf("writing %s: %w", d.Join(rel), err)
+	}
+	return f.Commit()
 }
 
 // WriteFileUnsynced is WriteFile without the fsync, for a file whose reader
