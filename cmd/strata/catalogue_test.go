@@ -230,6 +230,59 @@ func catalogue() []catalogueCase {
 			return exportScene(src, out, plugins, "--weights=materialize", "--link=copy")
 		}})
 	}
+	// --overwrite takes over strata's own files that changed, where that
+	// touches nothing else, and nothing the manifest does not record.
+	for _, tc := range []struct {
+		name, want string
+		tamper     func(t *testing.T, root, src, out string)
+	}{
+		{"a changed model.onnx is replaced", "", func(t *testing.T, root, src, out string) {
+			put(t, filepath.Join(out, "model.onnx"), "damaged")
+		}},
+		{"a shard link replaced by a symlink to the source is replaced, the source untouched", "", func(t *testing.T, root, src, out string) {
+			shard := filepath.Join(out, "checkpoint", "model.safetensors")
+			must(t, os.Remove(shard))
+			must(t, os.Symlink(filepath.Join(src, "model.safetensors"), shard))
+		}},
+		{"a changed file hard-linked outside is refused", "weight_spec.json", func(t *testing.T, root, src, out string) {
+			spec := filepath.Join(out, "weight_spec.json")
+			must(t, os.Remove(spec))
+			put(t, filepath.Join(root, "outside"), "the user's")
+			must(t, os.Link(filepath.Join(root, "outside"), spec))
+		}},
+		{"a foreign file is still refused", "notes.txt", func(t *testing.T, root, src, out string) {
+			put(t, filepath.Join(out, "notes.txt"), "mine")
+		}},
+		{"a replaced checkpoint/ directory is still refused", "checkpoint", func(t *testing.T, root, src, out string) {
+			// (moved away, not removed: a new directory could reuse its inode)
+			must(t, os.Rename(filepath.Join(out, "checkpoint"), filepath.Join(root, "moved")))
+			put(t, filepath.Join(out, "checkpoint", "model.safetensors"), "mine")
+		}},
+	} {
+		add(catalogueCase{name: "--overwrite: " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			out := filepath.Join(root, "out")
+			earlier(t, src, out, plugins, "--link=copy")
+			tc.tamper(t, root, src, out)
+			s := exportScene(src, out, plugins, "--link=copy", "--overwrite")
+			if tc.want != "" {
+				return s
+			}
+			s.check = func(t *testing.T) {
+				if code, text, errOut := strata(t, "check", out); code != 0 {
+					t.Errorf("check after --overwrite: exit %d\n%s%s", code, text, errOut)
+				}
+			}
+			return s
+		}})
+	}
+	add(catalogueCase{name: "a changed file of an earlier export: the refusal names --overwrite", want: "--overwrite", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins, "--link=copy")
+		put(t, filepath.Join(out, "model.onnx"), "damaged")
+		return exportScene(src, out, plugins, "--link=copy")
+	}})
 	add(catalogueCase{name: "a file added inside an earlier export's checkpoint/", want: "checkpoint/notes.txt", setup: func(t *testing.T, root, plugins string) scene {
 		src := tiny(t, filepath.Join(root, "src"))
 		out := filepath.Join(root, "out")

@@ -31,7 +31,7 @@ func checkCommand() *cli.Command {
 				r.Print(textOut(c))
 			}
 			if r.Broken {
-				return fmt.Errorf("the export in %s is broken: re-run the export into it", dir)
+				return fmt.Errorf("the export in %s is broken: re-run the export into it with --overwrite (strata export MODEL --out %s --overwrite, with the export's other flags), which replaces the files strata wrote there even if they changed, and nothing else", dir, dir)
 			}
 			return nil
 		},

@@ -56,6 +56,9 @@ func TestCheck(t *testing.T) {
 					t.Errorf("%s accepts: %v, want %v (%v)", v.Loader, v.Accepts, want, v.Why)
 				}
 			}
+			if tc.code != 0 {
+				followAdvice(t, out, tc.link, errOut)
+			}
 		})
 	}
 	code, _, errOut := strata(t, "check", t.TempDir())
@@ -90,5 +93,21 @@ func TestLinkAutoSaysWhatItDid(t *testing.T) {
 		}
 	default:
 		t.Fatalf("probing reflink: %v", cloneErr)
+	}
+}
+
+// followAdvice does what check advised for a broken export: the export
+// again with --overwrite, after which check passes (issue 30).
+func followAdvice(t *testing.T, out, link, advice string) {
+	t.Helper()
+	if !strings.Contains(advice, "--overwrite") {
+		t.Fatalf("check's advice does not name --overwrite:\n%s", advice)
+	}
+	args := []string{"export", tinyLlama, "--out", out, "--plugin-dir", llamaDir, "--link", link, "--overwrite"}
+	if code, _, errOut := strata(t, args...); code != 0 {
+		t.Fatalf("the advised re-run failed: %s", errOut)
+	}
+	if code, text, errOut := strata(t, "check", out); code != 0 {
+		t.Errorf("check after the advised re-run: exit %d\n%s%s", code, text, errOut)
 	}
 }

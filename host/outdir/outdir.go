@@ -102,6 +102,11 @@ type Options struct {
 	// directories are (device and inode), so neither a symlink nor a bind
 	// mount leads the output into them.
 	Outside []string
+	// Overwrite takes over what the manifest records even if it changed
+	// since strata wrote it, where replacing it touches nothing else: a
+	// regular file with no other hard link, or a symlink (never followed).
+	// Anything the manifest does not record is still refused.
+	Overwrite bool
 	// Shared lets several processes of one tool write the directory at once
 	// (convert's layer ranges, machines sharing a file system): each holds
 	// the lock shared, manifest updates merge under a short exclusive lock,
@@ -122,6 +127,10 @@ type Dir struct {
 	session string
 	created bool
 	shared  bool
+	// overwrite: Options.Overwrite.
+	overwrite bool
+	// changed are the recorded entries that changed since (not taken over).
+	changed []string
 	// ended is the session Close finished: a shared Save drops it from the
 	// sessions on disk.
 	ended string
@@ -146,6 +155,9 @@ type Error struct {
 	Dir    string
 	Reason string
 	Err    error
+	// Changed are the entries refused because they changed since strata
+	// wrote them (Options.Overwrite would take them over where it can).
+	Changed []string
 }
 
 func (e *Error) Error() string {
@@ -175,7 +187,8 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, owned: map[string][]Entry{}, dropped: map[string]bool{}}
+	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, overwrite: opts.Overwrite && !opts.Shared,
+		owned: map[string][]Entry{}, dropped: map[string]bool{}}
 	if err := d.checkSources(opts.Sources, opts.Outside); err != nil {
 		return nil, err
 	}
@@ -542,7 +555,36 @@ func (d *Dir) verify(entries map[string][]Entry) {
 				break
 			}
 		}
+		switch {
+		case d.owned[p] != nil:
+		case d.overwrite && d.replaceable(p, entries[p][0], got):
+			d.owned[p] = []Entry{got}
+		default:
+			d.changed = append(d.changed, p)
+		}
 	}
+}
+
+// replaceable reports whether rel, recorded as want and found as got, may
+// be replaced although it changed: renaming over (or unlinking) it then
+// touches nothing but that name.
+func (d *Dir) replaceable(rel string, want, got Entry) bool {
+	if want.Kind == kindDir || want.Kind == kindTree {
+		return false // what it holds now is not known to be strata's
+	}
+	if got.Kind == kindSymlink {
+		return true
+	}
+	if got.Kind != kindFile {
+		return false
+	}
+	dirfd, base, err := d.parent(rel, false)
+	if err != nil {
+		return false
+	}
+	defer d.closeParent(dirfd)
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 1
 }
 
 func (d *Dir) isDir(rel string) bool {
@@ -879,13 +921,19 @@ func (d *Dir) checkForeign() error {
 	if len(foreign) == 0 {
 		return nil
 	}
+	var changed []string
+	for _, p := range foreign {
+		if slices.Contains(d.changed, p) {
+			changed = append(changed, p)
+		}
+	}
 	more := ""
 	if len(foreign) > 3 {
 		more = fmt.Sprintf(" and %d more", len(foreign)-3)
 		foreign = foreign[:3]
 	}
 	return &Error{Dir: d.path, Reason: fmt.Sprintf("it already holds %s%s, which strata %s did not write (or which changed since); "+
-		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool)}
+		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool), Changed: changed}
 }
 
 // Save writes the manifest (through a temporary name, never followed). A
