@@ -11,7 +11,7 @@ import (
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
-		Usage:     "check an export directory as its loaders will: models parse, external data inside the directory and within its files, and which loaders (ONNX Runtime, the onnx package) accept it",
+		Usage:     "check an export directory as its loaders will: models parse (streamed), weight_spec.json is the one exported, each external-data reference is inside the directory, within its file and exactly the tensor its safetensors header and the spec name; and which loaders (ONNX Runtime, the onnx package) accept it",
 		ArgsUsage: "EXPORT_DIR",
 		Flags:     []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
