@@ -397,6 +397,28 @@ func catalogue() []catalogueCase {
 			return s
 		}})
 	}
+	// A Hugging Face cache's ref that is no small regular file (issue 30:
+	// a FIFO hung, /dev/zero grew to 8 GB, 200 MB were read).
+	for _, tc := range []struct{ name, want string }{
+		{"a FIFO", "named pipe"}, {"/dev/zero", "character device"}, {"200 MB", "more than the 4096"},
+	} {
+		add(catalogueCase{name: "Hugging Face cache: refs/main is " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+			snap := hfCache(t, root)
+			repo := filepath.Dir(filepath.Dir(snap))
+			ref := filepath.Join(repo, "refs", "main")
+			must(t, os.MkdirAll(filepath.Dir(ref), 0o755))
+			switch tc.name {
+			case "a FIFO":
+				must(t, syscall.Mkfifo(ref, 0o644))
+			case "/dev/zero":
+				must(t, os.Symlink("/dev/zero", ref))
+			default:
+				put(t, ref, "")
+				must(t, os.Truncate(ref, 200<<20))
+			}
+			return exportScene(repo, filepath.Join(root, "out"), plugins)
+		}})
+	}
 	// 7. Two exports into one directory at once.
 	add(catalogueCase{name: "a second export into a directory being written", want: "another strata process", setup: func(t *testing.T, root, plugins string) scene {
 		src := tiny(t, filepath.Join(root, "src"))
