@@ -206,3 +206,33 @@ func llama8B(t *testing.T) (plugins, ckpt string) {
 	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
 	return plugins, testbin.HeaderOnly(t, "llama-3.1-8b")
 }
+
+// SIGINT or SIGTERM while a plugin hangs before its handshake stops strata
+// within a second, leaving no plugin process (issue 30: it waited out the
+// plugin's start timeout).
+func TestInterruptWhilePluginHangsAtStart(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			plugins := ownPlugins(t, fakeDirs["hang-on-start"])
+			cmd := exec.Command(strataBin, "export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out"), "--plugin-dir", plugins)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			must(t, cmd.Start())
+			defer cmd.Process.Kill()
+			waitFor(t, func() bool { return len(testbin.Processes(plugins)) > 0 })
+			time.Sleep(200 * time.Millisecond) // inside the wait for the handshake
+			start := time.Now()
+			must(t, cmd.Process.Signal(sig))
+			cmd.Wait()
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("strata took %s to stop after %v", took, sig)
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 130 {
+				t.Errorf("exit %d, want 130:\n%s", code, stderr.String())
+			}
+			requireNoProcesses(t, plugins)
+		})
+	}
+}

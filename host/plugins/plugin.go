@@ -93,7 +93,7 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		StartTimeout:     timeout,
 		GRPCDialOptions:  sdk.DialOptions(),
 	})
-	if p.Err = p.connect(); p.Err != nil {
+	if p.Err = p.connectUnless(ctx); p.Err != nil {
 		p.Err = fmt.Errorf("cannot start: %w", p.Err)
 		p.Kill()
 		return p
@@ -109,6 +109,31 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		p.Kill()
 	}
 	return p
+}
+
+// connectUnless is connect, given up when ctx is: go-plugin waits for the
+// handshake (up to the start timeout) holding a lock its Kill needs, so
+// the plugin's process group is killed here, its pid found by parent and
+// path (go-plugin's exec.Cmd is not ours to read while it starts).
+func (p *Plugin) connectUnless(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.connect() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	deadline := time.After(killGrace)
+	for {
+		killGroup(procstat.Child(os.Getpid(), p.Path))
+		select {
+		case <-done:
+			return ctx.Err()
+		case <-deadline:
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // not started yet: again
+		}
+	}
 }
 
 func (p *Plugin) connect() error {

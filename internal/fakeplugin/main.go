@@ -2,6 +2,7 @@
 // Installed as strata-plugin-fake-<mode>, it claims model_type llama and:
 //
 //	crash-on-start  exits before the handshake
+//	hang-on-start   never completes the handshake
 //	stdout          prints to stdout before the handshake
 //	crash-on-plan   dies in the middle of Plan
 //	hang-on-plan    never answers Plan
@@ -43,6 +44,8 @@ func main() {
 	switch mode {
 	case "child-hang", "child-exit":
 		startChild()
+	case "hang-on-start":
+		select {}
 	case "crash-on-start":
 		fmt.Fprintln(os.Stderr, "fake plugin: crashing on start")
 		os.Exit(1)

@@ -2,6 +2,7 @@ package procstat
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 )
@@ -25,5 +26,34 @@ func TestPeakRSSGrowsWithUse(t *testing.T) {
 	runtime.KeepAlive(buf)
 	if _, ok := PeakRSS(1 << 30); ok {
 		t.Error("a pid that does not exist has a peak RSS")
+	}
+}
+
+func TestChild(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no procfs")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	cmd := exec.Command(sleep, "10")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for _, tc := range []struct {
+		name   string
+		parent int
+		argv0  string
+		want   int
+	}{
+		{"this process's child", os.Getpid(), sleep, cmd.Process.Pid},
+		{"started otherwise", os.Getpid(), "/no/such/binary", 0},
+		{"another parent's", 1, sleep, 0},
+	} {
+		if got := Child(tc.parent, tc.argv0); got != tc.want {
+			t.Errorf("%s: Child = %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
