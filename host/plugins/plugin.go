@@ -230,8 +230,9 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 // 2 s, then kills the plugin process, but not what it started).
 const killGrace = 2500 * time.Millisecond
 
-// Kill stops the plugin process (gracefully, then by force after 2 s) and
-// everything in its process group. A child of the plugin that keeps the
+// Kill stops the plugin process (gracefully, then by force after 2 s),
+// everything in its process group, and every process below it (by parent,
+// where procfs shows them: also one in a session of its own). A child of the plugin that keeps the
 // plugin's stdout open would leave go-plugin waiting for the pipe for ever:
 // killing the group closes it.
 // Only the first call acts: a second must not signal a process group
@@ -245,14 +246,24 @@ func (p *Plugin) kill() {
 		return
 	}
 	pid := 0
+	var below []procstat.Proc
 	if p.cmd.Process != nil {
 		pid = p.cmd.Process.Pid
 		if !p.client.Exited() {
 			if rss, ok := procstat.PeakRSS(pid); ok {
 				p.PeakRSS = max(p.PeakRSS, rss)
 			}
+			// Before the plugin goes: then its children are orphans, no
+			// longer found through it (one that left its process group for
+			// a session of its own would survive killGroup).
+			below = procstat.Descendants(pid)
 		}
 	}
+	defer func() {
+		for _, d := range below {
+			d.Kill()
+		}
+	}()
 	done := make(chan struct{})
 	go func() { p.client.Kill(); close(done) }()
 	select {

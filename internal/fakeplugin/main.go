@@ -12,6 +12,8 @@
 //	child-hang      starts a child that keeps the plugin's stdout open
 //	                (its pid in child.pid beside the binary), never answers Plan
 //	child-exit      the same child, then exits in the middle of Plan
+//	child-setsid    starts a child in a session of its own (its pid in
+//	                child.pid), then works as refuse does
 //
 // In the modes below it exports Llama as the llama plugin does, but for one
 // mistake in the layer part it returns, which the host must refuse before
@@ -43,7 +45,9 @@ func main() {
 	mode := strings.TrimPrefix(filepath.Base(os.Args[0]), "strata-plugin-fake-")
 	switch mode {
 	case "child-hang", "child-exit":
-		startChild()
+		startChild(false)
+	case "child-setsid":
+		startChild(true)
 	case "hang-on-start":
 		select {}
 	case "crash-on-start":

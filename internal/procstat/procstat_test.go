@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 )
 
 func TestPeakRSSGrowsWithUse(t *testing.T) {
@@ -55,5 +56,37 @@ func TestChild(t *testing.T) {
 		if got := Child(tc.parent, tc.argv0); got != tc.want {
 			t.Errorf("%s: Child = %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestDescendantsAndKill(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no procfs")
+	}
+	sh := exec.Command("sh", "-c", "sleep 10 & wait")
+	if err := sh.Start(); err != nil {
+		t.Skip("no sh:", err)
+	}
+	defer func() { sh.Process.Kill(); sh.Wait() }()
+	var below []Proc
+	for range 100 { // until sh has started sleep
+		if below = Descendants(sh.Process.Pid); len(below) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(below) != 1 || below[0].PPid != sh.Process.Pid {
+		t.Fatalf("descendants of sh: %+v, want its sleep", below)
+	}
+	stale := below[0]
+	stale.Start += "0" // another process that had the pid
+	stale.Kill()
+	if _, ok := stat(below[0].Pid); !ok {
+		t.Fatal("Kill of a stale Proc killed the process")
+	}
+	below[0].Kill()
+	sh.Wait() // sh's wait returns once sleep is gone
+	if len(Descendants(sh.Process.Pid)) != 0 {
+		t.Error("the sleep is still there")
 	}
 }
