@@ -146,6 +146,9 @@ func earlier(t *testing.T, src, out, plugins string, flags ...string) {
 func catalogue() []catalogueCase {
 	var cases []catalogueCase
 	add := func(c catalogueCase) { cases = append(cases, c) }
+	compileScene := func(src, out, plugins string, flags ...string) scene {
+		return scene{args: append([]string{"compile", src, "--out", out, "--dry-run", "--plugin-dir", plugins}, flags...), out: out}
+	}
 
 	// 1. The source named like an output entry, --out its parent.
 	for _, tc := range []struct{ dirName, flag string }{
@@ -227,6 +230,59 @@ func catalogue() []catalogueCase {
 			return exportScene(src, out, plugins, "--weights=materialize", "--link=copy")
 		}})
 	}
+	// --overwrite takes over strata's own files that changed, where that
+	// touches nothing else, and nothing the manifest does not record.
+	for _, tc := range []struct {
+		name, want string
+		tamper     func(t *testing.T, root, src, out string)
+	}{
+		{"a changed model.onnx is replaced", "", func(t *testing.T, root, src, out string) {
+			put(t, filepath.Join(out, "model.onnx"), "damaged")
+		}},
+		{"a shard link replaced by a symlink to the source is replaced, the source untouched", "", func(t *testing.T, root, src, out string) {
+			shard := filepath.Join(out, "checkpoint", "model.safetensors")
+			must(t, os.Remove(shard))
+			must(t, os.Symlink(filepath.Join(src, "model.safetensors"), shard))
+		}},
+		{"a changed file hard-linked outside is refused", "weight_spec.json", func(t *testing.T, root, src, out string) {
+			spec := filepath.Join(out, "weight_spec.json")
+			must(t, os.Remove(spec))
+			put(t, filepath.Join(root, "outside"), "the user's")
+			must(t, os.Link(filepath.Join(root, "outside"), spec))
+		}},
+		{"a foreign file is still refused", "notes.txt", func(t *testing.T, root, src, out string) {
+			put(t, filepath.Join(out, "notes.txt"), "mine")
+		}},
+		{"a replaced checkpoint/ directory is still refused", "checkpoint", func(t *testing.T, root, src, out string) {
+			// (moved away, not removed: a new directory could reuse its inode)
+			must(t, os.Rename(filepath.Join(out, "checkpoint"), filepath.Join(root, "moved")))
+			put(t, filepath.Join(out, "checkpoint", "model.safetensors"), "mine")
+		}},
+	} {
+		add(catalogueCase{name: "--overwrite: " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			out := filepath.Join(root, "out")
+			earlier(t, src, out, plugins, "--link=copy")
+			tc.tamper(t, root, src, out)
+			s := exportScene(src, out, plugins, "--link=copy", "--overwrite")
+			if tc.want != "" {
+				return s
+			}
+			s.check = func(t *testing.T) {
+				if code, text, errOut := strata(t, "check", out); code != 0 {
+					t.Errorf("check after --overwrite: exit %d\n%s%s", code, text, errOut)
+				}
+			}
+			return s
+		}})
+	}
+	add(catalogueCase{name: "a changed file of an earlier export: the refusal names --overwrite", want: "--overwrite", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins, "--link=copy")
+		put(t, filepath.Join(out, "model.onnx"), "damaged")
+		return exportScene(src, out, plugins, "--link=copy")
+	}})
 	add(catalogueCase{name: "a file added inside an earlier export's checkpoint/", want: "checkpoint/notes.txt", setup: func(t *testing.T, root, plugins string) scene {
 		src := tiny(t, filepath.Join(root, "src"))
 		out := filepath.Join(root, "out")
@@ -239,6 +295,47 @@ func catalogue() []catalogueCase {
 		out := filepath.Join(root, "out")
 		earlier(t, src, out, plugins, "--weights=materialize", "--layerwise", "--keep-windows")
 		return exportScene(src, out, plugins, "--link=copy")
+	}})
+	// Control files strata did not write (issue 30), judged by what they
+	// are: export and compile refuse, writing and removing nothing.
+	for _, tc := range []struct{ name, file, want string }{
+		{"a foreign .strata-lock", ".strata-lock", "does not hold what strata writes"},
+		{"a .strata-lock hard-linked to a file outside", ".strata-lock", "2 hard links"},
+		{"a .strata-lock symlinked to a file outside", ".strata-lock", "is a symlink"},
+		{"a foreign .strata-owned.json", ".strata-owned.json", "does not hold what strata writes"},
+		{"a foreign .strata-owned.json.new", ".strata-owned.json.new", "does not hold what strata writes"},
+		{"a .strata-owned.json.new hard-linked to a file outside", ".strata-owned.json.new", "2 hard links"},
+		{"a .strata-owned.lock hard-linked to a file outside", ".strata-owned.lock", "2 hard links"},
+	} {
+		for _, cmd := range []string{"export", "compile"} {
+			add(catalogueCase{name: cmd + ": " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+				src := tiny(t, filepath.Join(root, "src"))
+				out, outside := filepath.Join(root, "out"), filepath.Join(root, "outside")
+				must(t, os.MkdirAll(out, 0o755))
+				target := filepath.Join(out, tc.file)
+				switch {
+				case strings.Contains(tc.name, "hard-linked"):
+					put(t, outside, "")
+					must(t, os.Link(outside, target))
+				case strings.Contains(tc.name, "symlinked"):
+					put(t, outside, "")
+					must(t, os.Symlink(outside, target))
+				default:
+					put(t, target, "the user's notes")
+				}
+				if cmd == "compile" {
+					return compileScene(src, out, plugins)
+				}
+				return exportScene(src, out, plugins)
+			}})
+		}
+	}
+	add(catalogueCase{name: "an earlier export's .strata-owned.json hard-linked outside", want: "2 hard links", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		out := filepath.Join(root, "out")
+		earlier(t, src, out, plugins)
+		must(t, os.Link(filepath.Join(out, ".strata-owned.json"), filepath.Join(root, "outside")))
+		return exportScene(src, out, plugins)
 	}})
 	// 4. Special files as checkpoint data.
 	for _, tc := range []struct{ name, file, want string }{
@@ -298,6 +395,28 @@ func catalogue() []catalogueCase {
 				}
 			}
 			return s
+		}})
+	}
+	// A Hugging Face cache's ref that is no small regular file (issue 30:
+	// a FIFO hung, /dev/zero grew to 8 GB, 200 MB were read).
+	for _, tc := range []struct{ name, want string }{
+		{"a FIFO", "named pipe"}, {"/dev/zero", "character device"}, {"200 MB", "more than the 4096"},
+	} {
+		add(catalogueCase{name: "Hugging Face cache: refs/main is " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+			snap := hfCache(t, root)
+			repo := filepath.Dir(filepath.Dir(snap))
+			ref := filepath.Join(repo, "refs", "main")
+			must(t, os.MkdirAll(filepath.Dir(ref), 0o755))
+			switch tc.name {
+			case "a FIFO":
+				must(t, syscall.Mkfifo(ref, 0o644))
+			case "/dev/zero":
+				must(t, os.Symlink("/dev/zero", ref))
+			default:
+				put(t, ref, "")
+				must(t, os.Truncate(ref, 200<<20))
+			}
+			return exportScene(repo, filepath.Join(root, "out"), plugins)
 		}})
 	}
 	// 7. Two exports into one directory at once.
@@ -372,11 +491,27 @@ func catalogue() []catalogueCase {
 	add(catalogueCase{name: "convert --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
 		return convertScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
 	}})
-	add(catalogueCase{name: "convert --out the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+	add(catalogueCase{name: "convert --out the source", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
 		src := tiny(t, filepath.Join(root, "src"))
 		return convertScene(src, src, plugins)
 	}})
-	add(catalogueCase{name: "convert --out holding the source", want: "overlap", setup: func(t *testing.T, root, plugins string) scene {
+	// --out inside the source, also through a symlink or a bind mount
+	// (issue 30): export's check (host/outdir), judged by identity.
+	for _, how := range []string{"directly", "through a symlink", "through a symlinked parent", "through a bind mount"} {
+		add(catalogueCase{name: "convert --out inside the source " + how, want: "lies inside the source", setup: func(t *testing.T, root, plugins string) scene {
+			src := tiny(t, filepath.Join(root, "src"))
+			return convertScene(src, filepath.Join(aliasOf(t, root, src, how), "conv"), plugins)
+		}})
+	}
+	add(catalogueCase{name: "export --out the source through a bind mount", want: "is the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "src"))
+		return exportScene(src, aliasOf(t, root, src, "through a bind mount"), plugins)
+	}})
+	add(catalogueCase{name: "export --out holding the source through a bind mount", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
+		src := tiny(t, filepath.Join(root, "parent", "src"))
+		return exportScene(src, aliasOf(t, root, filepath.Join(root, "parent"), "through a bind mount"), plugins)
+	}})
+	add(catalogueCase{name: "convert --out holding the source", want: "contains the source", setup: func(t *testing.T, root, plugins string) scene {
 		return convertScene(tiny(t, filepath.Join(root, "parent", "weights")), filepath.Join(root, "parent"), plugins)
 	}})
 	add(catalogueCase{name: "convert --out an export", want: "strata export", setup: func(t *testing.T, root, plugins string) scene {
@@ -456,9 +591,6 @@ func catalogue() []catalogueCase {
 		return scene{args: []string{"compile", exp, "--out", filepath.Join(root, "out"), "--dry-run", "--plugin-dir", plugins}, out: filepath.Join(root, "out")}
 	}})
 	// 5. compile.
-	compileScene := func(src, out, plugins string, flags ...string) scene {
-		return scene{args: append([]string{"compile", src, "--out", out, "--dry-run", "--plugin-dir", plugins}, flags...), out: out}
-	}
 	add(catalogueCase{name: "compile --out a Hugging Face checkpoint", want: "did not write", setup: func(t *testing.T, root, plugins string) scene {
 		return compileScene(tiny(t, filepath.Join(root, "src")), tiny(t, filepath.Join(root, "hf")), plugins)
 	}})
@@ -539,6 +671,30 @@ func catalogue() []catalogueCase {
 		return s
 	}})
 	return cases
+}
+
+// aliasOf is another path to directory dir: dir itself, a symlink to it,
+// a path under a symlink to its parent, or a bind mount of it (skipped
+// where mounting is not allowed; unmounted when the test ends).
+func aliasOf(t *testing.T, root, dir, how string) string {
+	t.Helper()
+	alias := filepath.Join(root, "alias")
+	switch how {
+	case "directly":
+		return dir
+	case "through a symlink":
+		must(t, os.Symlink(dir, alias))
+		return alias
+	case "through a symlinked parent":
+		must(t, os.Symlink(filepath.Dir(dir), alias))
+		return filepath.Join(alias, filepath.Base(dir))
+	}
+	must(t, os.Mkdir(alias, 0o755))
+	if err := syscall.Mount(dir, alias, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("no bind mount here: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(alias, syscall.MNT_DETACH) })
+	return alias
 }
 
 // negativeShapeBin is a torch.save archive whose one tensor has shape [-1].

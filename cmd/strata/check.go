@@ -11,7 +11,7 @@ import (
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "check",
-		Usage:     "check an export directory as its loaders will: models parse, external data inside the directory and within its files, and which loaders (ONNX Runtime, the onnx package) accept it",
+		Usage:     "check an export directory as its loaders will: models parse (streamed), weight_spec.json is the one exported, each external-data reference is inside the directory, within its file and exactly the tensor its safetensors header and the spec name; and which loaders (ONNX Runtime, the onnx package) accept it",
 		ArgsUsage: "EXPORT_DIR",
 		Flags:     []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
@@ -31,7 +31,7 @@ func checkCommand() *cli.Command {
 				r.Print(textOut(c))
 			}
 			if r.Broken {
-				return fmt.Errorf("the export in %s is broken: re-run the export into it", dir)
+				return fmt.Errorf("the export in %s is broken: re-run the export into it with --overwrite (strata export MODEL --out %s --overwrite, with the export's other flags), which replaces the files strata wrote there even if they changed, and nothing else", dir, dir)
 			}
 			return nil
 		},

@@ -234,3 +234,49 @@ func TestConvertFullDiskFailsClearlyAndResumes(t *testing.T) {
 	strata(t, "convert", src, "--out", ref, "--dtype", "float16")
 	sameFiles(t, testbin.HashTree(t, out), testbin.HashTree(t, ref))
 }
+
+// Runs of --layers with other options into one directory, one after the
+// other or starting at once, are refused, naming both runs' options: never
+// a checkpoint of mixed dtypes (issue 30).
+func TestConvertLayersWithOtherOptionsRefused(t *testing.T) {
+	t.Parallel()
+	plugins := ownPlugins(t, llamaDir)
+	for _, tc := range []struct {
+		name   string
+		rounds int
+		atOnce bool
+	}{
+		{"one after the other", 1, false},
+		{"at once", 8, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range tc.rounds {
+				out := filepath.Join(t.TempDir(), "out")
+				runs := []*exec.Cmd{
+					exec.Command(strataBin, "convert", tinyLlama, "--out", out, "--plugin-dir", plugins, "--layers", "0-0", "--dtype", "float16"),
+					exec.Command(strataBin, "convert", tinyLlama, "--out", out, "--plugin-dir", plugins, "--layers", "1-1", "--dtype", "float32"),
+				}
+				stderr := make([]strings.Builder, len(runs))
+				for i, c := range runs {
+					c.Stderr = &stderr[i]
+					must(t, c.Start())
+					if !tc.atOnce {
+						c.Wait()
+					}
+				}
+				ok := 0
+				for i, c := range runs {
+					if c.Wait(); c.ProcessState.ExitCode() == 0 {
+						ok++
+					} else if msg := stderr[i].String(); !strings.Contains(msg, "--dtype float16") || !strings.Contains(msg, "--dtype float32") {
+						t.Errorf("round %d: the refusal does not name both runs' options:\n%s", round, msg)
+					}
+				}
+				if ok != 1 {
+					t.Fatalf("round %d: %d of the runs succeeded, want 1:\n%s\n%s", round, ok, stderr[0].String(), stderr[1].String())
+				}
+			}
+			requireNoProcesses(t, plugins)
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
 )
@@ -23,6 +24,7 @@ func exportCommand() *cli.Command {
 		Description: modelHelp,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace the files strata's manifest in DIR records even if they changed since (a damaged export, as strata check reports it); anything else in DIR is still refused"},
 			jsonFlag(),
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
@@ -34,9 +36,10 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			opts.Overwrite = c.Bool("overwrite")
 			_, summary, err := runExport(c, dir, opts)
 			if err != nil || !c.Bool("json") {
-				return err
+				return overwriteHint(err)
 			}
 			return emitJSON(c, summary)
 		},
@@ -88,6 +91,10 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 		return nil, nil, err
 	}
 	res, err := export.Run(c.Context, p, ckpt, opts)
+	var kept *export.KeptWindowsError
+	if errors.As(err, &kept) && c.Context.Err() != nil { // run reports only "interrupted"
+		fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", kept)
+	}
 	var lw *export.LayerwiseError
 	if errors.As(err, &lw) {
 		return nil, nil, fmt.Errorf("%w\narchitectures whose plugins support --layerwise: %s", err, layerwiseArchs(reg))
@@ -132,6 +139,17 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 		return opts, usageError{fmt.Sprintf("-j must be at least 1, got %d", opts.Jobs)}
 	}
 	return opts, nil
+}
+
+// overwriteHint adds, to a refusal of files strata wrote that changed
+// since, the way to replace them.
+func overwriteHint(err error) error {
+	var oe *outdir.Error
+	if !errors.As(err, &oe) || len(oe.Changed) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\n%s changed since strata wrote it; if that is damage, the same command with --overwrite replaces strata's own files even so (and nothing else)",
+		err, strings.Join(oe.Changed, ", "))
 }
 
 // pluginOptions gathers --plugin-option KEY=VALUE (the CLI rewrote any

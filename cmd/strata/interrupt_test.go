@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/host/window"
 	"github.com/strata-llm/strata/internal/testbin"
 )
 
@@ -37,9 +38,7 @@ func TestInterruptLongPhases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes gigabytes")
 	}
-	plugins := t.TempDir()
-	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
-	ckpt := testbin.HeaderOnly(t, "llama-3.1-8b")
+	plugins, ckpt := llama8B(t)
 	for _, tc := range []struct {
 		name   string
 		flags  []string
@@ -115,9 +114,7 @@ func TestConcurrentExportsRefuse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes gigabytes")
 	}
-	plugins := t.TempDir()
-	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
-	ckpt := testbin.HeaderOnly(t, "llama-3.1-8b")
+	plugins, ckpt := llama8B(t)
 	out := filepath.Join(t.TempDir(), "out")
 	first := exec.Command(strataBin, "export", ckpt, "--out", out, "--plugin-dir", plugins, "--link=copy")
 	must(t, first.Start())
@@ -143,5 +140,99 @@ func TestConcurrentExportsRefuse(t *testing.T) {
 	first.Wait()
 	if code := first.ProcessState.ExitCode(); code != 130 {
 		t.Errorf("the first export exited %d after SIGTERM, want 130", code)
+	}
+}
+
+// Ctrl-C during a layerwise export with --keep-windows into a new --out
+// keeps the directory with the windows it finished and the manifest that
+// lets the same command reuse them (issue 30): on a large model they are
+// the work done.
+func TestInterruptKeepsFinishedWindows(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("writes gigabytes")
+	}
+	plugins, ckpt := llama8B(t)
+	out := filepath.Join(t.TempDir(), "out")
+	first := filepath.Join(out, "windows", "window_0_1.onnx")
+	cmd := exec.Command(strataBin, "export", ckpt, "--out", out, "--plugin-dir", plugins,
+		"--weights=materialize", "--layerwise", "--keep-windows", "--window-size=2", "-j=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	must(t, cmd.Start())
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) { // 2.8 GB of window 0 first
+		if _, err := os.Stat(first); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 2 minutes:\n%s", first, stderr.String())
+		}
+	}
+	must(t, cmd.Process.Signal(syscall.SIGINT))
+	cmd.Wait()
+	requireNoProcesses(t, plugins)
+	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "the same command reuses them") {
+		t.Fatalf("exit %d, want 130 saying the windows are kept:\n%s", code, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(out, "model.onnx")); err == nil {
+		t.Fatal("an interrupted export left a model.onnx")
+	}
+	if left := temps(out); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	m, err := window.Load(out)
+	must(t, err)
+	if len(m.Windows) == 0 {
+		t.Fatal("the manifest records no finished window")
+	}
+	for _, w := range m.Windows { // what a re-run checks before reusing one
+		if sum, err := window.HashFile(filepath.Join(out, w.File)); err != nil || sum != w.Output {
+			t.Errorf("%s: %v, hash %s, recorded %s", w.File, err, sum, w.Output)
+		}
+		for f, want := range w.Files {
+			if sum, err := window.HashFile(filepath.Join(out, f)); err != nil || sum != want {
+				t.Errorf("%s of %s: %v", f, w.File, err)
+			}
+		}
+	}
+}
+
+// llama8B is a header-only Llama-3.1-8B (16 GB of sparse shards) and a
+// plugin directory of the test's own (its processes told apart).
+func llama8B(t *testing.T) (plugins, ckpt string) {
+	t.Helper()
+	plugins = t.TempDir()
+	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
+	return plugins, testbin.HeaderOnly(t, "llama-3.1-8b")
+}
+
+// SIGINT or SIGTERM while a plugin hangs before its handshake stops strata
+// within a second, leaving no plugin process (issue 30: it waited out the
+// plugin's start timeout).
+func TestInterruptWhilePluginHangsAtStart(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			plugins := ownPlugins(t, fakeDirs["hang-on-start"])
+			cmd := exec.Command(strataBin, "export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out"), "--plugin-dir", plugins)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			must(t, cmd.Start())
+			defer cmd.Process.Kill()
+			waitFor(t, func() bool { return len(testbin.Processes(plugins)) > 0 })
+			time.Sleep(200 * time.Millisecond) // inside the wait for the handshake
+			start := time.Now()
+			must(t, cmd.Process.Signal(sig))
+			cmd.Wait()
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("strata took %s to stop after %v", took, sig)
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 130 {
+				t.Errorf("exit %d, want 130:\n%s", code, stderr.String())
+			}
+			requireNoProcesses(t, plugins)
+		})
 	}
 }

@@ -70,7 +70,7 @@ func setup(tmp string) error {
 	}
 	var err error
 	fakeDirs, err = testbin.FakePlugins(filepath.Join(tmp, "fakes"),
-		"crash-on-start", "stdout", "crash-on-plan", "hang-on-plan", "protocol-2", "refuse", "no-layerwise")
+		"crash-on-start", "hang-on-start", "stdout", "crash-on-plan", "hang-on-plan", "protocol-2", "refuse", "no-layerwise")
 	if err != nil {
 		return err
 	}

@@ -122,3 +122,23 @@ func TestPluginProcessGroupEndsWithIt(t *testing.T) {
 		})
 	}
 }
+
+// A plugin's child that left the plugin's process group for a session of
+// its own still ends with the plugin (issue 30: it survived strata's exit).
+func TestPluginChildInASessionOfItsOwnEndsWithIt(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"archs"}, {"export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out")}} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			dirs, err := testbin.FakePlugins(t.TempDir(), "child-setsid")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := dirs["child-setsid"]
+			cmd := exec.Command(strataBin, append(args, "--plugin-dir", dir)...)
+			cmd.Run()
+			requireDead(t, childPid(t, dir), "the plugin's child in a session of its own")
+			requireNoProcesses(t, dir)
+		})
+	}
+}

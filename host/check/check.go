@@ -1,6 +1,9 @@
 // Package check inspects an export directory as its loaders will: every
-// model in it parses, every external-data reference lands inside the
-// directory, in a regular file, within its size; and it says which loaders
+// model in it parses (streamed, never held whole), every external-data
+// reference is a clean path inside the directory, a regular file, within
+// its size, exactly a tensor of that file's own safetensors header and the
+// one the weight spec (whose SHA-256 the model records) names; and it says
+// which loaders
 // accept the result: ONNX Runtime follows hard links but refuses data
 // reached through a symlink out of the directory; the onnx package
 // (onnx.load, onnx.checker) refuses any data file that is a symlink or has
@@ -10,14 +13,17 @@ package check
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"github.com/strata-llm/strata/host/compile"
+	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
 
@@ -52,8 +58,8 @@ type ModelReport struct {
 type DataFile struct {
 	Path    string `json:"path"` // relative to the model
 	Bytes   int64  `json:"bytes"`
-	Links   uint64 `json:"links"` // hard links to the file
-	Symlink bool   `json:"symlink"`
+	Links   uint64 `json:"links"`   // hard links to the file
+	Symlink bool   `json:"symlink"` // it, or a directory on its path, is a symlink
 	Outside bool   `json:"outside"` // resolves outside the directory
 }
 
@@ -124,87 +130,105 @@ func onnxRefuses(f DataFile) string {
 func checkModel(dir, path string) ModelReport {
 	rel, _ := filepath.Rel(dir, path)
 	m := ModelReport{Path: rel}
-	g, err := readGraph(path)
+	g, err := readModel(path)
 	if err != nil {
 		m.Problems = append(m.Problems, err.Error())
 		return m
 	}
-	m.Nodes = len(g.GetNode())
-	for _, in := range g.GetInput() {
-		m.Inputs = append(m.Inputs, in.GetName())
+	m.Nodes, m.Inputs, m.Outputs = g.nodes, g.inputs, g.outputs
+	if g.graphs == 0 || g.nodes == 0 || len(g.outputs) == 0 {
+		m.Problems = append(m.Problems, fmt.Sprintf("%s holds no graph, or one without nodes or outputs (an empty or truncated file)", rel))
 	}
-	for _, out := range g.GetOutput() {
-		m.Outputs = append(m.Outputs, out.GetName())
-	}
-	seen := map[string]int{}
-	for _, t := range g.GetInitializer() {
+	modelDir := filepath.Dir(path)
+	sp, problems := readSpec(modelDir, g.metadata)
+	m.Problems = append(m.Problems, problems...)
+	refs := refsOf(sp)
+	files := map[string]*dataRef{}
+	for _, t := range g.initializers {
 		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
 			continue
 		}
 		m.Weights++
-		loc, end, err := extent(t)
+		ext, err := extent(t)
 		if err != nil {
 			m.Problems = append(m.Problems, err.Error())
 			continue
 		}
-		i, ok := seen[loc]
+		f, ok := files[ext.loc]
 		if !ok {
-			f, problem := dataFile(filepath.Dir(path), dir, loc)
-			if problem != "" {
-				m.Problems = append(m.Problems, problem)
+			f = openData(modelDir, dir, ext.loc)
+			files[ext.loc] = f
+			if f.problem != "" {
+				m.Problems = append(m.Problems, f.problem)
 			}
-			i = len(m.DataFiles)
-			seen[loc] = i
-			m.DataFiles = append(m.DataFiles, f)
+			m.DataFiles = append(m.DataFiles, f.DataFile)
 		}
-		if f := m.DataFiles[i]; f.Bytes >= 0 && end > f.Bytes {
-			m.Problems = append(m.Problems, fmt.Sprintf("weight %s ends at byte %d of %s, which has %d", t.GetName(), end, loc, f.Bytes))
+		if problem := f.check(t.GetName(), ext, refs[refKey{ext.loc, ext.offset}]); problem != "" {
+			m.Problems = append(m.Problems, problem)
 		}
+	}
+	if sp != nil {
+		m.Problems = append(m.Problems, checkSpecFiles(sp, files)...)
 	}
 	return m
 }
 
-func readGraph(path string) (*onnxpb.GraphProto, error) {
-	m, err := compile.ReadProto(path)
-	if err != nil {
-		return nil, err
-	}
-	return m.GetGraph(), nil
+// external is where an external tensor's data is: length bytes at offset
+// of the file at loc (relative to the model), which its dtype and dims need.
+type external struct {
+	loc            string
+	offset, length int64
+	need           int64 // -1: unknown (a dtype check does not size)
 }
 
-// extent is an external tensor's location and the byte its data ends at.
-func extent(t *onnxpb.TensorProto) (string, int64, error) {
-	var loc string
-	var offset, length int64
-	for _, e := range t.GetExternalData() {
+// extent reads an external tensor's reference and checks it is a clean
+// path inside the directory and a byte range that holds the tensor.
+func extent(t *onnxpb.TensorProto) (external, error) {
+	e := external{need: -1}
+	for _, kv := range t.GetExternalData() {
 		var err error
-		switch e.GetKey() {
+		switch kv.GetKey() {
 		case "location":
-			loc = e.GetValue()
+			e.loc = kv.GetValue()
 		case "offset":
-			offset, err = strconv.ParseInt(e.GetValue(), 10, 64)
+			e.offset, err = strconv.ParseInt(kv.GetValue(), 10, 64)
 		case "length":
-			length, err = strconv.ParseInt(e.GetValue(), 10, 64)
+			e.length, err = strconv.ParseInt(kv.GetValue(), 10, 64)
 		}
-		if err != nil || offset < 0 || length < 0 {
-			return "", 0, fmt.Errorf("weight %s: bad external data %s=%q", t.GetName(), e.GetKey(), e.GetValue())
+		if err != nil || e.offset < 0 || e.length < 0 {
+			return e, fmt.Errorf("weight %s: bad external data %s=%q", t.GetName(), kv.GetKey(), kv.GetValue())
 		}
 	}
-	if loc == "" || filepath.IsAbs(loc) || !filepath.IsLocal(filepath.FromSlash(loc)) {
-		return "", 0, fmt.Errorf("weight %s: external data location %q is not a path inside the directory", t.GetName(), loc)
+	// A clean relative path: "a/../b" would be resolved by a loader
+	// through a's target, which a lexical check cannot see.
+	if e.loc == "" || filepath.IsAbs(e.loc) || path.Clean(e.loc) != e.loc || !filepath.IsLocal(filepath.FromSlash(e.loc)) || slices.Contains(strings.Split(e.loc, "/"), "..") {
+		return e, fmt.Errorf("weight %s: external data location %q is not a clean path inside the directory", t.GetName(), e.loc)
 	}
-	return loc, offset + length, nil
+	if e.offset > math.MaxInt64-e.length {
+		return e, fmt.Errorf("weight %s: external data offset %d + length %d overflows", t.GetName(), e.offset, e.length)
+	}
+	if info, ok := dtype.Of(dtype.DType(t.GetDataType())); ok {
+		n := int64(1)
+		for _, d := range t.GetDims() {
+			if d < 0 || d > 0 && n > math.MaxInt64/64/d {
+				return e, fmt.Errorf("weight %s: dims %v are not a tensor's", t.GetName(), t.GetDims())
+			}
+			n *= d
+		}
+		e.need = info.ByteSize(n)
+	}
+	return e, nil
 }
 
 // dataFile describes location loc of a model in modelDir (inside dir).
 func dataFile(modelDir, dir, loc string) (DataFile, string) {
 	f := DataFile{Path: loc, Bytes: -1}
 	p := filepath.Join(modelDir, filepath.FromSlash(loc))
-	if li, err := os.Lstat(p); err == nil && li.Mode()&os.ModeSymlink != 0 {
-		f.Symlink = true
-	}
+	f.Symlink = throughSymlink(modelDir, loc)
 	if real, err := filepath.EvalSymlinks(p); err == nil {
+		real, _ = filepath.Abs(real)
 		root, _ := filepath.EvalSymlinks(dir)
+		root, _ = filepath.Abs(root)
 		if rel, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(rel) {
 			f.Outside = true
 		}
@@ -221,6 +245,19 @@ func dataFile(modelDir, dir, loc string) (DataFile, string) {
 		f.Links = uint64(st.Nlink)
 	}
 	return f, ""
+}
+
+// throughSymlink reports whether any component of loc (under modelDir) is
+// a symlink: the file itself, or a directory on the way to it.
+func throughSymlink(modelDir, loc string) bool {
+	p := modelDir
+	for _, c := range strings.Split(loc, "/") {
+		p = filepath.Join(p, c)
+		if li, err := os.Lstat(p); err == nil && li.Mode()&os.ModeSymlink != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Print writes the report as text.

@@ -126,7 +126,11 @@ func snapshot(repo, id, revision string) (Location, error) {
 	}
 	loc := Location{HubID: id, Revision: rev}
 	commit := ""
-	if data, err := os.ReadFile(filepath.Join(repo, "refs", filepath.FromSlash(rev))); err == nil {
+	data, found, err := readRef(filepath.Join(repo, "refs", filepath.FromSlash(rev)))
+	if err != nil {
+		return Location{}, fmt.Errorf("%s: ref %s: %w", repo, rev, err)
+	}
+	if found {
 		commit = strings.TrimSpace(string(data))
 		if !commitHash.MatchString(commit) {
 			return Location{}, fmt.Errorf("%s: ref %s holds %q, not a commit hash", repo, rev, commit)
@@ -156,6 +160,24 @@ func snapshot(repo, id, revision string) (Location, error) {
 	loc.Commit = commit
 	loc.Dir = filepath.Join(repo, "snapshots", commit)
 	return loc, nil
+}
+
+// maxRefBytes bounds a ref file: a commit hash and a newline.
+const maxRefBytes = 4096
+
+// readRef reads a ref as the regular file of a few bytes it is; none there
+// (or a directory of refs) is no ref. A FIFO, a device or a huge file is an
+// error, never waited on or read whole.
+func readRef(path string) (data []byte, found bool, err error) {
+	data, err = readRegular(path, maxRefBytes)
+	var nr *NotRegularError
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.As(err, &nr) && nr.Mode.IsDir():
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return data, true, nil
 }
 
 func isDir(path string) bool {

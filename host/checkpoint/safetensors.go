@@ -308,3 +308,11 @@ func dtypeName(s []byte) string {
 	}
 	return string(s)
 }
+
+// ReadShard reads and validates the safetensors header of the file at path
+// (symlinks resolved; a regular file only), named name in errors, without
+// reading tensor data.
+func ReadShard(path, name string) (Shard, error) {
+	var n int64
+	return readShard(path, name, &n)
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -245,6 +246,18 @@ type runInfo struct {
 	MTP         []MTPDescription `json:"mtp"`
 }
 
+// String names the conversion as its options say: `of model, --dtype
+// float16, --quantize none`.
+func (r runInfo) String() string {
+	opt := func(v string) string {
+		if v == "" {
+			return "not given"
+		}
+		return v
+	}
+	return fmt.Sprintf("of %s, --dtype %s, --quantize %s", r.Source, opt(r.DType), opt(r.Quantize))
+}
+
 func (p *plan) runInfo() runInfo {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\ndtype=%s\nquantize=%s\n", formatTag, p.opts.DType, p.opts.Quantize)
@@ -266,17 +279,7 @@ func (p *plan) runInfo() runInfo {
 // shared, so that runs of disjoint --layers (on machines sharing the file
 // system, too) write into it at once.
 func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *outDir, err error) {
-	dir, err := filepath.Abs(out)
-	if err != nil {
-		return nil, err
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	}
-	if within(dir, inv.dir) || within(inv.dir, dir) {
-		return nil, fmt.Errorf("--out %s and the source %s overlap: the output must be a directory outside the source checkpoint (the source is never written)", out, inv.dir)
-	}
-	d, err := outdir.Open(ctx, out, outdir.Options{Tool: "convert", Shared: true, Sources: inv.sources()})
+	d, err := outdir.Open(ctx, out, outdir.Options{Tool: "convert", Shared: true, Sources: inv.sources(), Outside: inv.dirs()})
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +291,12 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 	o := &outDir{d: d, dir: d.Abs(), p: p, run: p.runInfo()}
 	runRel := ManifestDir + "/" + runFile
 	if !d.Owned(runRel) {
-		return o, writeJSON(d, runRel, o.run)
+		// Runs of --layers starting at once race to make it: one does,
+		// the others compare their options with the winner's.
+		err := writeJSONWith(d.WriteFileNew, runRel, o.run)
+		if !errors.Is(err, fs.ErrExist) {
+			return o, err
+		}
 	}
 	data, err := d.ReadFile(runRel)
 	if err != nil {
@@ -299,15 +307,9 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 		return nil, fmt.Errorf("%s: not a strata conversion manifest (%v): use a new --out", d.Join(runRel), err)
 	}
 	if prev.Fingerprint != o.run.Fingerprint {
-		return nil, fmt.Errorf("--out %s holds another conversion (of %s, dtype %q, quantize %q, from other source headers or options): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev.Source, prev.DType, prev.Quantize)
+		return nil, fmt.Errorf("--out %s holds another conversion (%s) and this run is %s (or the source headers differ): it will not be mixed with this one; use a new --out, or re-run with that conversion's source and options to resume it", out, prev, o.run)
 	}
 	return o, nil
-}
-
-// within reports whether path is dir or inside it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && (rel == "." || filepath.IsLocal(rel))
 }
 
 // layerRecord is the manifest entry of a finished shard.

@@ -563,7 +563,7 @@ func TestBadInputFailsClearlyAndTouchesNothing(t *testing.T) {
 		{"unconvertible dtype", u8Src, "", Options{DType: "bfloat16"}, "cannot be converted as asked"},
 		{"another conversion", src, other, Options{DType: "bfloat16"}, "holds another conversion"},
 		{"foreign files", src, foreign, Options{}, "which strata convert did not write"},
-		{"out inside source", src, filepath.Join(src, "out"), Options{}, "overlap"},
+		{"out inside source", src, filepath.Join(src, "out"), Options{}, "lies inside the source"},
 		{"bad dtype", src, "", Options{DType: "int8"}, "--dtype"},
 		{"bad quantize", src, "", Options{Quantize: "nvfp4"}, "--quantize"},
 	}

@@ -25,11 +25,16 @@ const tempPrefix = istrata.TempPrefix
 
 // writeJSON writes v, indented, atomically as rel in d.
 func writeJSON(d *outdir.Dir, rel string, v any) error {
+	return writeJSONWith(d.WriteFile, rel, v)
+}
+
+// writeJSONWith writes v indented through write (a WriteFile of d's).
+func writeJSONWith(write func(rel string, data []byte) error, rel string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return d.WriteFile(rel, append(data, '\n'))
+	return write(rel, append(data, '\n'))
 }
 
 // expectedShard is the name, size and header hash a shard of these entries has.

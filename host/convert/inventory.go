@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +44,18 @@ func (inv *inventory) sources() []string {
 		if p := inv.tensors[k].Path; !seen[p] {
 			seen[p] = true
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// dirs are the directories the source's files are in: the checkpoint's,
+// and the blobs' of a Hugging Face cache.
+func (inv *inventory) dirs() []string {
+	out := []string{inv.dir}
+	for _, p := range inv.sources()[1:] {
+		if d := filepath.Dir(p); !slices.Contains(out, d) {
+			out = append(out, d)
 		}
 	}
 	return out

@@ -68,7 +68,10 @@ type Options struct {
 	Layerwise   bool // export windows of WindowSize layers, then stitch them
 	WindowSize  int  // layers per window (default 1)
 	KeepWindows bool // keep windows/ after stitching
-	Jobs        int  // windows exported at once (default: the number of CPUs)
+	// Overwrite replaces strata's own files in Out even if they changed
+	// since (outdir.Options.Overwrite); nothing else.
+	Overwrite bool
+	Jobs      int // windows exported at once (default: the number of CPUs)
 
 	// ShardBytes bounds each materialised data file (0: 5 GB), as
 	// save_pretrained's max_shard_size.
@@ -157,7 +160,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	}
 	defer func() {
 		if err != nil {
-			e.out.Discard()
+			err = e.out.discard(err, e.opts.KeepWindows)
 		} else {
 			err = e.out.Close()
 		}

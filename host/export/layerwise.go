@@ -486,3 +486,38 @@ func (o outDir) linkWindowShards(ckpt *checkpoint.Checkpoint, spec *weights.Spec
 	}
 	return nil
 }
+
+// KeptWindowsError is a failed or interrupted export whose finished windows
+// stay in the output directory for the next run to reuse.
+type KeptWindowsError struct {
+	Err     error
+	Windows int
+	Dir     string
+}
+
+func (e *KeptWindowsError) Error() string {
+	return fmt.Sprintf("%v; the %d finished window files stay in %s: the same command reuses them", e.Err, e.Windows, e.Dir)
+}
+
+func (e *KeptWindowsError) Unwrap() error { return e.Err }
+
+// discard undoes a failed export; with --keep-windows the windows it
+// finished (and the manifest that lets a re-run reuse them) stay, in a
+// directory this run made too.
+func (o outDir) discard(err error, keepWindows bool) error {
+	if !keepWindows {
+		o.Discard()
+		return err
+	}
+	n := 0
+	for _, f := range o.Files(window.Dir) {
+		if filepath.Ext(f) == ".onnx" {
+			n++
+		}
+	}
+	o.DiscardKeeping(window.Dir) // an existing directory is kept anyway
+	if n == 0 {
+		return err
+	}
+	return &KeptWindowsError{Err: err, Windows: n, Dir: o.Join(window.Dir)}
+}

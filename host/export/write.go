@@ -33,7 +33,7 @@ func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint, op
 	for _, sh := range ckpt.Shards {
 		sources = append(sources, sh.Path)
 	}
-	d, err := outdir.Open(ctx, dir, outdir.Options{Tool: "export", Sources: sources})
+	d, err := outdir.Open(ctx, dir, outdir.Options{Tool: "export", Sources: sources, Overwrite: opts.Overwrite})
 	if err != nil {
 		return outDir{}, err
 	}

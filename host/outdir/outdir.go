@@ -97,6 +97,16 @@ type Options struct {
 	// checkpoint, its shards with symlinks resolved): none may lie inside
 	// the output directory, and the output directory may not be one of them.
 	Sources []string
+	// Outside are directories the output directory may not lie in either
+	// (convert: the source checkpoint). Like Sources, judged by what the
+	// directories are (device and inode), so neither a symlink nor a bind
+	// mount leads the output into them.
+	Outside []string
+	// Overwrite takes over what the manifest records even if it changed
+	// since strata wrote it, where replacing it touches nothing else: a
+	// regular file with no other hard link, or a symlink (never followed).
+	// Anything the manifest does not record is still refused.
+	Overwrite bool
 	// Shared lets several processes of one tool write the directory at once
 	// (convert's layer ranges, machines sharing a file system): each holds
 	// the lock shared, manifest updates merge under a short exclusive lock,
@@ -117,6 +127,10 @@ type Dir struct {
 	session string
 	created bool
 	shared  bool
+	// overwrite: Options.Overwrite.
+	overwrite bool
+	// changed are the recorded entries that changed since (not taken over).
+	changed []string
 	// ended is the session Close finished: a shared Save drops it from the
 	// sessions on disk.
 	ended string
@@ -141,6 +155,9 @@ type Error struct {
 	Dir    string
 	Reason string
 	Err    error
+	// Changed are the entries refused because they changed since strata
+	// wrote them (Options.Overwrite would take them over where it can).
+	Changed []string
 }
 
 func (e *Error) Error() string {
@@ -170,8 +187,9 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, owned: map[string][]Entry{}, dropped: map[string]bool{}}
-	if err := d.checkSources(opts.Sources); err != nil {
+	d := &Dir{path: dir, abs: abs, fd: -1, tool: opts.Tool, shared: opts.Shared, overwrite: opts.Overwrite && !opts.Shared,
+		owned: map[string][]Entry{}, dropped: map[string]bool{}}
+	if err := d.checkSources(opts.Sources, opts.Outside); err != nil {
 		return nil, err
 	}
 	info, statErr := os.Stat(abs)
@@ -204,6 +222,9 @@ func Open(ctx context.Context, dir string, opts Options) (_ *Dir, err error) {
 	}()
 	if d.fd, err = unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return nil, &Error{Dir: dir, Reason: "cannot be opened", Err: err}
+	}
+	if err := d.checkControls(); err != nil {
+		return nil, err
 	}
 	if err := d.lockDir(); err != nil {
 		return nil, err
@@ -275,21 +296,26 @@ func (d *Dir) Join(rel string) string { return filepath.Join(d.path, filepath.Fr
 // Created reports whether Open made the directory.
 func (d *Dir) Created() bool { return d.created }
 
-// checkSources refuses an output directory that is, or contains, something
-// strata reads. One inside the source checkpoint is fine: it is new or
-// strata's own, so nothing of the source can collide with what is written.
-func (d *Dir) checkSources(sources []string) error {
+// checkSources refuses an output directory that is, or contains,
+// something strata reads, or that lies in one of the outside directories.
+// One inside the source checkpoint is fine unless the source is outside:
+// it is new or strata's own, so nothing of the source can collide with what
+// is written. Directories are compared by identity, so a symlink or a bind
+// mount is seen through.
+func (d *Dir) checkSources(sources, outside []string) error {
 	out := resolve(d.abs)
 	for _, s := range sources {
-		src := resolve(s)
-		if src == "" {
-			continue
+		rel, ok := under(out, resolve(s))
+		switch {
+		case ok && rel == ".":
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it is the source %s (links and mounts resolved); strata never writes into its source: choose another directory", s)}
+		case ok:
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it contains the source %s (at %s, links and mounts resolved), which strata must never overwrite or delete: choose a directory outside it", s, rel)}
 		}
-		if src == out {
-			return &Error{Dir: d.path, Reason: fmt.Sprintf("it is the source %s (symlinks resolved); strata never writes into its source: choose another directory", s)}
-		}
-		if rel, ok := within(out, src); ok {
-			return &Error{Dir: d.path, Reason: fmt.Sprintf("it contains the source %s (at %s, symlinks resolved), which strata must never overwrite or delete: choose a directory outside it", s, rel)}
+	}
+	for _, s := range outside {
+		if rel, ok := under(resolve(s), out); ok {
+			return &Error{Dir: d.path, Reason: fmt.Sprintf("it lies inside the source %s (at %s, links and mounts resolved), which strata never writes into: choose a directory outside it", s, rel)}
 		}
 	}
 	return nil
@@ -314,10 +340,39 @@ func resolve(p string) string {
 	}
 }
 
-// within reports whether p lies inside dir, and where.
-func within(dir, p string) (string, bool) {
+// under reports whether resolved path p is directory dir or lies inside
+// it, and where: dir is compared, by device and inode, with p and each of
+// p's existing parents, so that a bind mount of dir (another path to the
+// same directory) is seen too.
+func under(dir, p string) (string, bool) {
+	if dir == "" || p == "" {
+		return "", false
+	}
+	want, err := os.Stat(dir)
+	if err != nil || !want.IsDir() {
+		rel, ok := lexicallyUnder(dir, p)
+		return rel, ok
+	}
+	var tail []string
+	for cur := p; ; cur = filepath.Dir(cur) {
+		if got, err := os.Stat(cur); err == nil && os.SameFile(want, got) {
+			if len(tail) == 0 {
+				return ".", true
+			}
+			slices.Reverse(tail)
+			return filepath.Join(tail...), true
+		}
+		if filepath.Dir(cur) == cur {
+			return "", false
+		}
+		tail = append(tail, filepath.Base(cur))
+	}
+}
+
+// lexicallyUnder is under by the paths alone (dir is not there yet).
+func lexicallyUnder(dir, p string) (string, bool) {
 	rel, err := filepath.Rel(dir, p)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", false
 	}
 	return rel, true
@@ -335,6 +390,11 @@ func (d *Dir) lockDir() error {
 		return &Error{Dir: d.path, Reason: "cannot create its lock file " + LockFile, Err: err}
 	}
 	d.lock = os.NewFile(uintptr(fd), filepath.Join(d.abs, LockFile))
+	if why := notOurs(fd); !d.lockMade && why != "" { // swapped since checkControls
+		d.lock.Close()
+		d.lock = nil
+		return foreignControl(d.path, LockFile, why)
+	}
 	how := unix.LOCK_EX
 	if d.shared {
 		how = unix.LOCK_SH
@@ -357,6 +417,89 @@ func (d *Dir) lockDir() error {
 		d.lock.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	}
 	return nil
+}
+
+// controlFiles are the control files an output directory may hold, each
+// with what strata writes into it: a lock holds nothing or a pid; the
+// manifest (and its replacement being written) strata's manifest format.
+var controlFiles = []struct {
+	name string
+	ours func([]byte) bool
+}{
+	{LockFile, isLockContent},
+	{manifestLock, isLockContent},
+	{ManifestFile, isManifest},
+	{manifestNew, isManifestStart},
+}
+
+// checkControls refuses a directory whose control files strata did not
+// write, by what they are: a symlink, a special file, a file with other
+// hard links (strata would write through it, or remove a name of a file
+// elsewhere) or one that holds what strata never writes there.
+func (d *Dir) checkControls() error {
+	for _, c := range controlFiles {
+		fd, err := unix.Openat(d.fd, c.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue
+		case errors.Is(err, unix.ELOOP):
+			return foreignControl(d.path, c.name, "is a symlink")
+		case err != nil:
+			return &Error{Dir: d.path, Reason: "cannot read its control file " + c.name, Err: err}
+		}
+		f := os.NewFile(uintptr(fd), c.name)
+		why := notOurs(fd)
+		if why == "" {
+			data, err := io.ReadAll(io.LimitReader(f, 256<<20))
+			if err != nil || !c.ours(data) {
+				why = "does not hold what strata writes there"
+			}
+		}
+		f.Close()
+		if why != "" {
+			return foreignControl(d.path, c.name, why)
+		}
+	}
+	return nil
+}
+
+// notOurs says why the open file fd cannot be a control file strata made:
+// strata's are regular files with one link.
+func notOurs(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "cannot be read: " + err.Error()
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "is not a regular file"
+	}
+	if st.Nlink != 1 {
+		return fmt.Sprintf("has %d hard links (it is also a file elsewhere)", st.Nlink)
+	}
+	return ""
+}
+
+func foreignControl(dir, name, why string) error {
+	return &Error{Dir: dir, Reason: fmt.Sprintf("its %s %s, so strata did not write it; strata never writes through, replaces or removes a file it did not write: move it away, or choose another directory", name, why)}
+}
+
+// isLockContent: a lock holds nothing, or the pid of its holder.
+func isLockContent(data []byte) bool {
+	s := strings.TrimSuffix(string(data), "\n")
+	return len(s) <= 20 && strings.Trim(s, "0123456789") == ""
+}
+
+func isManifest(data []byte) bool {
+	var m manifest
+	return json.Unmarshal(data, &m) == nil && m.Format == manifestFormat && m.Version == manifestVersion
+}
+
+// isManifestStart: a manifest strata was writing when it was killed
+// (json.Marshal's field order: format first).
+func isManifestStart(data []byte) bool {
+	head := `{"format":"` + manifestFormat + `"`
+	n := min(len(data), len(head))
+	return string(data[:n]) == head[:n]
 }
 
 // load reads the manifest; a missing or unreadable one owns nothing.
@@ -412,7 +555,36 @@ func (d *Dir) verify(entries map[string][]Entry) {
 				break
 			}
 		}
+		switch {
+		case d.owned[p] != nil:
+		case d.overwrite && d.replaceable(p, entries[p][0], got):
+			d.owned[p] = []Entry{got}
+		default:
+			d.changed = append(d.changed, p)
+		}
 	}
+}
+
+// replaceable reports whether rel, recorded as want and found as got, may
+// be replaced although it changed: renaming over (or unlinking) it then
+// touches nothing but that name.
+func (d *Dir) replaceable(rel string, want, got Entry) bool {
+	if want.Kind == kindDir || want.Kind == kindTree {
+		return false // what it holds now is not known to be strata's
+	}
+	if got.Kind == kindSymlink {
+		return true
+	}
+	if got.Kind != kindFile {
+		return false
+	}
+	dirfd, base, err := d.parent(rel, false)
+	if err != nil {
+		return false
+	}
+	defer d.closeParent(dirfd)
+	var st unix.Stat_t
+	return unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Nlink == 1
 }
 
 func (d *Dir) isDir(rel string) bool {
@@ -749,13 +921,19 @@ func (d *Dir) checkForeign() error {
 	if len(foreign) == 0 {
 		return nil
 	}
+	var changed []string
+	for _, p := range foreign {
+		if slices.Contains(d.changed, p) {
+			changed = append(changed, p)
+		}
+	}
 	more := ""
 	if len(foreign) > 3 {
 		more = fmt.Sprintf(" and %d more", len(foreign)-3)
 		foreign = foreign[:3]
 	}
 	return &Error{Dir: d.path, Reason: fmt.Sprintf("it already holds %s%s, which strata %s did not write (or which changed since); "+
-		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool)}
+		"strata replaces only its own files: choose a new or empty directory, or move those away", strings.Join(foreign, ", "), more, d.tool), Changed: changed}
 }
 
 // Save writes the manifest (through a temporary name, never followed). A
@@ -892,6 +1070,20 @@ func (d *Dir) Discard() {
 	os.Remove(d.abs) // only if empty
 }
 
+// DiscardKeeping is Discard, except that a directory Open created is kept,
+// as a finished run leaves it (closed, temporary files removed), while
+// strata's files under rel are there: what a re-run reuses (an export's
+// kept windows) is not thrown away with the failed run. It reports whether
+// it kept the directory.
+func (d *Dir) DiscardKeeping(rel string) bool {
+	if d.fd >= 0 && d.created && len(d.Files(rel)) > 0 {
+		d.Close()
+		return true
+	}
+	d.Discard()
+	return false
+}
+
 // Owned reports whether rel is something strata made and still is as made.
 func (d *Dir) Owned(rel string) bool {
 	d.mu.Lock()
@@ -955,6 +1147,8 @@ type File struct {
 	rel, tmp  string
 	dirfd     int
 	committed bool
+	// noReplace: Commit fails (fs.ErrExist) if rel is there by then.
+	noReplace bool
 }
 
 // Create starts file rel; nothing bears its name until Commit. Its mode is
@@ -1006,7 +1200,31 @@ func (f *File) commit(sync bool) (err error) {
 	if err := f.File.Close(); err != nil {
 		return err
 	}
+	if f.noReplace {
+		return f.d.placeNew(f.dirfd, f.tmp, f.rel)
+	}
 	return f.d.place(f.dirfd, f.tmp, f.rel)
+}
+
+// placeNew records tmp's identity under rel and renames it there unless
+// something (another writer's file) already is: then fs.ErrExist.
+func (d *Dir) placeNew(dirfd int, tmp, rel string) error {
+	e, err := statAt(dirfd, tmp)
+	if err != nil {
+		return err
+	}
+	if err := d.record(rel, e, true); err != nil {
+		return err
+	}
+	if err := renameNoReplace(dirfd, tmp, path.Base(rel)); err != nil {
+		d.unrecord(rel, e)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("another strata process wrote it first: %w", fs.ErrExist)
+		}
+		return err
+	}
+	d.settle(rel, e)
+	return nil
 }
 
 // place records tmp's identity under rel, then renames it there.
@@ -1052,6 +1270,22 @@ func (f *File) Abort() {
 // WriteFile writes rel atomically.
 func (d *Dir) WriteFile(rel string, data []byte) error {
 	return d.WriteFileMode(rel, data, 0o644)
+}
+
+// WriteFileNew writes rel atomically if nothing has that name by the time
+// it is renamed into place; otherwise it writes nothing and the error wraps
+// fs.ErrExist: of writers racing to make one file, exactly one does.
+func (d *Dir) WriteFileNew(rel string, data []byte) error {
+	f, err := d.Create(rel)
+	if err != nil {
+		return err
+	}
+	f.noReplace = true
+	if _, err := f.Write(data); err != nil {
+		f.Abort()
+		return fmt.Errorf("writing %s: %w", d.Join(rel), err)
+	}
+	return f.Commit()
 }
 
 // WriteFileUnsynced is WriteFile without the fsync, for a file whose reader

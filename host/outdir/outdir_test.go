@@ -3,6 +3,7 @@ package outdir
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -408,5 +409,44 @@ func TestAdoptedTreeReplacesTheEarlierOneWhole(t *testing.T) {
 	d.Close()
 	if _, err := os.Stat(filepath.Join(out, "qpc")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("qpc stays: %v", err)
+	}
+}
+
+// Shared writers racing to make one file: exactly one writes it, the others
+// get fs.ErrExist and read the winner's.
+func TestWriteFileNewOneWriterWins(t *testing.T) {
+	t.Parallel()
+	for round := range 20 {
+		out := filepath.Join(t.TempDir(), "out")
+		writers := []*Dir{openShared(t, out), openShared(t, out), openShared(t, out)}
+		errs := make(chan error, len(writers))
+		for i, d := range writers {
+			go func() { errs <- d.WriteFileNew("m/run.json", []byte{byte('a' + i)}) }()
+		}
+		won := 0
+		for range writers {
+			switch err := <-errs; {
+			case err == nil:
+				won++
+			case !errors.Is(err, fs.ErrExist):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d writers wrote it, want 1", round, won)
+		}
+		want, err := writers[0].ReadFile("m/run.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range writers {
+			if got, err := d.ReadFile("m/run.json"); err != nil || string(got) != string(want) {
+				t.Errorf("round %d: a writer reads %q, %v; want %q", round, got, err, want)
+			}
+			d.Close()
+		}
+		if left, _ := filepath.Glob(filepath.Join(out, "m", tempPrefix+"*")); len(left) > 0 {
+			t.Errorf("temporary files left: %v", left)
+		}
 	}
 }

@@ -93,7 +93,7 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		StartTimeout:     timeout,
 		GRPCDialOptions:  sdk.DialOptions(),
 	})
-	if p.Err = p.connect(); p.Err != nil {
+	if p.Err = p.connectUnless(ctx); p.Err != nil {
 		p.Err = fmt.Errorf("cannot start: %w", p.Err)
 		p.Kill()
 		return p
@@ -109,6 +109,31 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		p.Kill()
 	}
 	return p
+}
+
+// connectUnless is connect, given up when ctx is: go-plugin waits for the
+// handshake (up to the start timeout) holding a lock its Kill needs, so
+// the plugin's process group is killed here, its pid found by parent and
+// path (go-plugin's exec.Cmd is not ours to read while it starts).
+func (p *Plugin) connectUnless(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.connect() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	deadline := time.After(killGrace)
+	for {
+		killGroup(procstat.Child(os.Getpid(), p.Path))
+		select {
+		case <-done:
+			return ctx.Err()
+		case <-deadline:
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // not started yet: again
+		}
+	}
 }
 
 func (p *Plugin) connect() error {
@@ -205,8 +230,9 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 // 2 s, then kills the plugin process, but not what it started).
 const killGrace = 2500 * time.Millisecond
 
-// Kill stops the plugin process (gracefully, then by force after 2 s) and
-// everything in its process group. A child of the plugin that keeps the
+// Kill stops the plugin process (gracefully, then by force after 2 s),
+// everything in its process group, and every process below it (by parent,
+// where procfs shows them: also one in a session of its own). A child of the plugin that keeps the
 // plugin's stdout open would leave go-plugin waiting for the pipe for ever:
 // killing the group closes it.
 // Only the first call acts: a second must not signal a process group
@@ -220,14 +246,24 @@ func (p *Plugin) kill() {
 		return
 	}
 	pid := 0
+	var below []procstat.Proc
 	if p.cmd.Process != nil {
 		pid = p.cmd.Process.Pid
 		if !p.client.Exited() {
 			if rss, ok := procstat.PeakRSS(pid); ok {
 				p.PeakRSS = max(p.PeakRSS, rss)
 			}
+			// Before the plugin goes: then its children are orphans, no
+			// longer found through it (one that left its process group for
+			// a session of its own would survive killGroup).
+			below = procstat.Descendants(pid)
 		}
 	}
+	defer func() {
+		for _, d := range below {
+			d.Kill()
+		}
+	}()
 	done := make(chan struct{})
 	go func() { p.client.Kill(); close(done) }()
 	select {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -22,11 +23,16 @@ func runChild() bool {
 }
 
 // startChild starts a child that inherits the plugin's stdout (go-plugin's
-// pipe to the host) and records its pid in child.pid beside the binary.
-func startChild() {
+// pipe to the host), or with setsid one in a session of its own that does
+// not, and records its pid in child.pid beside the binary.
+func startChild(setsid bool) {
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stdout = os.Stdout
+	if setsid {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		cmd.Stdout = os.Stdout
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "fake plugin: starting child:", err)
 		os.Exit(1)

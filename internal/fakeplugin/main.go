@@ -2,6 +2,7 @@
 // Installed as strata-plugin-fake-<mode>, it claims model_type llama and:
 //
 //	crash-on-start  exits before the handshake
+//	hang-on-start   never completes the handshake
 //	stdout          prints to stdout before the handshake
 //	crash-on-plan   dies in the middle of Plan
 //	hang-on-plan    never answers Plan
@@ -11,6 +12,8 @@
 //	child-hang      starts a child that keeps the plugin's stdout open
 //	                (its pid in child.pid beside the binary), never answers Plan
 //	child-exit      the same child, then exits in the middle of Plan
+//	child-setsid    starts a child in a session of its own (its pid in
+//	                child.pid), then works as refuse does
 //
 // In the modes below it exports Llama as the llama plugin does, but for one
 // mistake in the layer part it returns, which the host must refuse before
@@ -42,7 +45,11 @@ func main() {
 	mode := strings.TrimPrefix(filepath.Base(os.Args[0]), "strata-plugin-fake-")
 	switch mode {
 	case "child-hang", "child-exit":
-		startChild()
+		startChild(false)
+	case "child-setsid":
+		startChild(true)
+	case "hang-on-start":
+		select {}
 	case "crash-on-start":
 		fmt.Fprintln(os.Stderr, "fake plugin: crashing on start")
 		os.Exit(1)

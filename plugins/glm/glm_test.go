@@ -176,6 +176,13 @@ func TestMTPDetection(t *testing.T) {
 		"two declared, one present": {func(t *testing.T) *pb.Model {
 			return withMTP(t, false, func(m map[string]any) { m["num_nextn_predict_layers"] = 2 })
 		}, nil, false, "holds model.layers.3.* and not model.layers.4.*", "", 0},
+		// A count in config.json bounds no work (issue 30: 1e9 ran past 40 s).
+		"a billion declared, one present": {func(t *testing.T) *pb.Model {
+			return withMTP(t, false, func(m map[string]any) { m["num_nextn_predict_layers"] = 1e9 })
+		}, nil, false, "holds model.layers.3.* and not 999999999 of the layers model.layers.3.* to model.layers.1000000002.*", "", 0},
+		"a billion declared, none present": {func(t *testing.T) *pb.Model {
+			return tinyModel(t, func(m map[string]any) { m["num_nextn_predict_layers"] = 1e9 })
+		}, nil, true, "declares 1000000000 MTP layer(s) (num_nextn_predict_layers), but the checkpoint holds none of 1000000000 of the layers", "", 0},
 		"draft, part missing": {func(t *testing.T) *pb.Model {
 			m := withMTP(t, false, nil)
 			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(3, "eh_proj.weight") })

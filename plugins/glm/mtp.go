@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -48,16 +49,15 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 	}
 	info := mtpInfo{draft: m.Options[optMTP] == mtpDraft}
 	first := m.Layers
-	var present, missing, undeclared []int
-	for i := first; i < first+n; i++ {
-		if m.Inventory.HasPrefix(m.LayerKey(int32(i), "")) {
-			present = append(present, i)
-		} else {
-			missing = append(missing, i)
-		}
-	}
+	// The layers the checkpoint holds bound the work, never n (a count in
+	// config.json: 1e9 would loop a billion times).
+	var present, undeclared []int
 	for _, i := range m.Inventory.LayerIndices(m.Prefix + "layers.") {
-		if i >= first+n {
+		switch {
+		case i < first || !m.Inventory.HasPrefix(m.LayerKey(int32(i), "")):
+		case i-first < n:
+			present = append(present, i)
+		default:
 			undeclared = append(undeclared, i)
 		}
 	}
@@ -75,10 +75,11 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 		}
 		return strings.Join(s, ", ")
 	}
+	missing := func() string { return missingSpan(m, first, n, present) }
 	switch {
-	case len(present) > 0 && len(missing) > 0:
-		return info, fmt.Errorf("config.json: num_nextn_predict_layers is %d (MTP layers %d..%d), but the checkpoint holds %s and not %s",
-			n, first, first+n-1, span(present), span(missing))
+	case len(present) > 0 && len(present) < n:
+		return info, fmt.Errorf("config.json: num_nextn_predict_layers is %d (MTP layers %d..%d), but the checkpoint holds %s and not %s: set it to the MTP layers the checkpoint holds",
+			n, first, lastMTP(first, n), span(present), missing())
 	case len(undeclared) > 0 && info.draft:
 		return info, fmt.Errorf("the checkpoint holds %s past the %d decoder layers and the %d MTP layers config.json declares (num_nextn_predict_layers); cannot tell which layer the draft is",
 			span(undeclared), first, n)
@@ -108,12 +109,12 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 	case info.layout == nil && n > 0 && info.draft:
 		return info, fmt.Errorf("--mtp draft: config.json declares %d MTP layer(s) (num_nextn_predict_layers) at %s, but the checkpoint holds none of their tensors "+
 			"(nor mtp.* keys, nor a standalone mtp.safetensors holding them)",
-			n, span(missing))
+			n, missing())
 	case info.layout == nil && info.draft:
 		return info, fmt.Errorf("--mtp draft: the checkpoint has no MTP layer (num_nextn_predict_layers is %d)", n)
 	case info.layout == nil && n > 0:
 		m.Note("config.json declares %d MTP layer(s) (num_nextn_predict_layers), but the checkpoint holds none of %s; exporting without them",
-			n, span(missing))
+			n, missing())
 	case info.layout.GetConvention() == mtpIndexed && info.draft:
 		return info, fmt.Errorf("--mtp draft: the MTP weights are top-level mtp.* keys (%s, ...); the glm plugin builds the draft from inlined model.layers.{N} only", indexed[0])
 	case info.layout != nil && !info.draft:
@@ -121,6 +122,27 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 			layerList(info.layout.GetLayers()), info.layout.GetConvention(), len(info.layout.GetKeys()))
 	}
 	return info, nil
+}
+
+// missingSpan names the declared MTP layers first..first+n-1 the checkpoint
+// does not hold: each of a few, else how many and their range.
+func missingSpan(m *decoder.Model, first, n int, present []int) string {
+	const few = 8
+	if n-len(present) > few {
+		return fmt.Sprintf("%d of the layers %s* to %s*", n-len(present), m.LayerKey(int32(first), ""), m.LayerKey(int32(lastMTP(first, n)), ""))
+	}
+	var s []string
+	for i := first; i-first < n; i++ {
+		if !slices.Contains(present, i) {
+			s = append(s, m.LayerKey(int32(i), "")+"*")
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// lastMTP is the last declared MTP layer, as a layer index can be.
+func lastMTP(first, n int) int {
+	return first + min(n, math.MaxInt32-first) - 1
 }
 
 func layerList(ls []int32) string {
