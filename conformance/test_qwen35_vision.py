@@ -5,16 +5,18 @@ against transformers' get_image_features, and model.onnx with vision inputs
 (--vision true) against transformers' Qwen3_5(Moe)ForConditionalGeneration
 given pixel_values, whole, layerwise and with layer functions, chunked
 prefill (the DeltaNet states carried across the chunk that splits an
-image), text only. What differs from Qwen3-VL: no DeepStack (vision.onnx
-outputs vision_embeds only, model.onnx takes no deepstack_features), and
-the MRoPE of the partial rotary width with its own default sections. The
-bodies are test_qwen3vl.py's, which hold for both."""
+image), slot reuse with continuous batching, text only. What differs from
+Qwen3-VL: no DeepStack (vision.onnx outputs vision_embeds only, model.onnx
+takes no deepstack_features), and the MRoPE of the partial rotary width
+with its own default sections. Most bodies are test_qwen3vl.py's, which
+hold for both."""
 
 import os
 
 import numpy as np
 import pytest
 
+import mrope
 import ortrun
 import test_qwen3vl as qvl
 from test_conformance import FIXTURES, FIXTURES_DIR, TOLERANCE, Fixture
@@ -82,3 +84,42 @@ def test_vision_rows_must_number_the_image_tokens(tmp_path):
         caches = ortrun.empty_caches(sess, prompts.shape[0], vp.ctx_len)
         with pytest.raises(Exception, match="(?i)reshape"):
             ortrun.step(sess, prompts, pos, caches, feed)
+
+
+@pytest.mark.parametrize("name", VISION)
+def test_vision_slot_reuse_starts_fresh(name, tmp_path):
+    """With continuous batching, slot 1 serves sequence 0 (with its image),
+    then sequence 1 (two images): its row 0 starts at 0, so its DeltaNet
+    states start from zero, whatever the slot held; slot 2 serves sequence 0
+    again. Each gives transformers' logits with pixel_values."""
+    vp = qvl.VisionPrompts(name)
+    rows = vp.export(tmp_path, "--continuous-batching")["vision_embeds"]
+    sess = ortrun.session(str(tmp_path / "model.onnx"))
+    ref = vp.ref
+    prompts, lengths, tokens = ref["prompts"], ref["prompt_lengths"], ref["decode_tokens"]
+    pos, deltas = vp.positions()
+    image = prompts == vp.image_token
+    row_of = np.full(prompts.shape, -1)
+    row_of[image] = np.arange(image.sum())  # row-major over the batch, as vision.onnx's rows
+    caches = ortrun.empty_caches(sess, 3, vp.ctx_len)
+    empty = rows[:0]
+
+    def step(ids, position_ids, slot, embeds):
+        feeds = {"input_ids": ids, "position_ids": position_ids, "batch_index": np.array([[slot]], dtype=np.int64),
+                 "vision_embeds": embeds, **caches}
+        names = [o.name for o in sess.get_outputs()]
+        outs = dict(zip(names, sess.run(names, feeds)))
+        caches.update({k[: -len("_RetainedState")]: v for k, v in outs.items() if k.endswith("_RetainedState")})
+        return outs["logits"][0, 0]
+
+    def sequence(b, slot):
+        n = int(lengths[b])
+        got = [step(prompts[b : b + 1, :n], pos[:, b : b + 1, :n], slot, rows[row_of[b, :n][image[b, :n]]])]
+        for s in range(tokens.shape[1]):
+            step_pos = mrope.decode(np.array([[n + s]]), deltas[b : b + 1])
+            got.append(step(tokens[b : b + 1, s : s + 1].astype(np.int64), step_pos, slot, empty))
+        return np.abs(np.stack(got) - ref["logits"][:, b]).max()
+
+    diffs = {"seq 0 in slot 1": sequence(0, 1), "seq 1 reusing slot 1": sequence(1, 1), "seq 0 in slot 2": sequence(0, 2)}
+    print(f"{name} vision slot reuse: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
+    assert max(diffs.values()) <= TOLERANCE, diffs
