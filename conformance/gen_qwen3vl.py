@@ -122,7 +122,10 @@ def model_class(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         mt = json.load(f)["model_type"]
     return {"qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
-            "qwen3_vl_moe": transformers.Qwen3VLMoeForConditionalGeneration}[mt]
+            "qwen3_vl_moe": transformers.Qwen3VLMoeForConditionalGeneration,
+            # Qwen3.5's vision fixtures (gen_qwen35.py) reuse this module's references.
+            "qwen3_5": transformers.Qwen3_5ForConditionalGeneration,
+            "qwen3_5_moe": transformers.Qwen3_5MoeForConditionalGeneration}[mt]
 
 
 def load(model_dir):
@@ -165,7 +168,7 @@ def reference(model, prompts, decode_tokens, prefill_inputs=None):
 def vision_reference(model_dir, dest, seed):
     """vision.npz: pixel_values, image_grid_thw and what transformers'
     get_image_features returns for them (merged embeddings, DeepStack
-    features), from the saved checkpoint."""
+    features where the tower has them), from the saved checkpoint."""
     model = load(model_dir)
     v = model.config.vision_config
     grid = torch.tensor(VISION_GRIDS, dtype=torch.int64)
@@ -174,10 +177,11 @@ def vision_reference(model_dir, dest, seed):
     gen = torch.Generator().manual_seed(seed)
     pixels = torch.randn(patches, width, generator=gen)
     out = model.model.get_image_features(pixel_values=pixels, image_grid_thw=grid, return_dict=True)
-    embeds = torch.cat(list(out.pooler_output), dim=0)
-    deep = torch.stack([torch.cat(list(f), dim=0) for f in out.deepstack_features])
-    np.savez_compressed(os.path.join(dest, "vision.npz"), pixel_values=pixels.numpy(), image_grid_thw=grid.numpy(),
-                        vision_embeds=embeds.numpy(), deepstack_features=deep.numpy())
+    arrays = dict(pixel_values=pixels.numpy(), image_grid_thw=grid.numpy(),
+                  vision_embeds=torch.cat(list(out.pooler_output), dim=0).numpy())
+    if getattr(out, "deepstack_features", None) is not None:
+        arrays["deepstack_features"] = torch.stack([torch.cat(list(f), dim=0) for f in out.deepstack_features]).numpy()
+    np.savez_compressed(os.path.join(dest, "vision.npz"), **arrays)
 
 
 def image_prompts(rng, cfg, high):
@@ -235,7 +239,8 @@ def vision_prompts_reference(model_dir, dest, seed, high):
                         rope_position_ids=rope.numpy(), rope_deltas=deltas.numpy().reshape(-1))
 
 
-def generate_fixture(dest, name, overrides, dtype, options):
+def generate_fixture(dest, name, overrides, dtype, options, make=None):
+    """make(): the model (default: make_model's Qwen3-VL)."""
     g = helpers()
     seed = options["seed"]
     rng = np.random.default_rng(seed)
@@ -246,7 +251,7 @@ def generate_fixture(dest, name, overrides, dtype, options):
         shutil.rmtree(dest)
     os.makedirs(dest)
     model_dir = os.path.join(dest, "model")
-    model = make_model(overrides, options, seed).to(getattr(torch, dtype))
+    model = (make() if make else make_model(overrides, options, seed)).to(getattr(torch, dtype))
     model.save_pretrained(model_dir, safe_serialization=True)
     logits = reference(load(model_dir), prompts, decode_tokens)
     if options.get("hub_experts"):

@@ -452,6 +452,9 @@ def main():
         if name in names:
             overrides, dtype, options = ALL_SPEC[name]
             seed = options.get("seed", 1000 + older.index(name) if name in older else None)
+            if name in gen_qwen35.QWEN35_SPEC and options.get("vision_prompts"):
+                gen_qwen35.generate_vision_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, BASE)
+                continue
             if name in gen_gptoss.GPTOSS_SPEC:
                 gen_gptoss.generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed,
                                             sys.modules[__name__])

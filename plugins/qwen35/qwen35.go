@@ -43,6 +43,7 @@ func arch(modelType, hfArch, name string, fam family, multimodal bool) decoder.A
 	}
 	if multimodal {
 		a.ConfigObject, a.Prefix = "text_config", "model.language_model."
+		multimodalOptions(&a)
 	}
 	return a
 }
@@ -93,7 +94,7 @@ func load(m *decoder.Model, name string, fam family, multimodal bool) error {
 		declared[kind] = true
 		declareKind(m, kind, name+kindFunction[types[i]]+kindFunction[mlps.kind(i)]+"DecoderLayer", types[i], mlps.kind(i), bias, linear, mlps)
 	}
-	return nil
+	return withVision(m)
 }
 
 // declareKind declares the kind of layers of one layer type and MLP kind.
@@ -182,9 +183,7 @@ func refuse(m *decoder.Model, multimodal bool) error {
 			return err
 		}
 		m.Tied = tied
-		if m.Top.Has("vision_config") {
-			m.Note("model.onnx is the text-only language model; the vision encoder (model.visual.*) is not exported")
-		}
+		addVision(m)
 	}
 	mtpLayout(m)
 	return m.Err

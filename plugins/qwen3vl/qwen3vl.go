@@ -15,7 +15,14 @@ const (
 	kindDense   = "dense"   // qwen3_vl_moe: mlp_only_layers and decoder_sparse_step's gaps
 
 	optPositions = "position_ids_rank"
+	optVision    = decoder.VisionOptionName
 )
+
+// qwenVision is Qwen3-VL's vision tower: the SDK's Qwen vision encoder with
+// DeepStack.
+var qwenVision = decoder.QwenVisionFamily{Plugin: "qwen3vl", Model: "Qwen3-VL", DeepStack: true}
+
+var visionOption = decoder.QwenVisionOption(qwenVision)
 
 // positionsOption chooses the position_ids input of a text-only export:
 // [batch, seq] (default: text has equal t/h/w rows, so plain RoPE) or
@@ -31,7 +38,7 @@ var positionsOption = &pb.PluginOption{Name: optPositions, DefaultValue: "2", Al
 var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3_vl", HFArchitectures: []string{"Qwen3VLForConditionalGeneration"}, Name: "Qwen3VL",
 	ConfigObject: "text_config", Prefixes: lmPrefixes,
-	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{visionModel}},
+	Capabilities: &pb.Capabilities{Layerwise: true, Models: []string{decoder.VisionModel}},
 	Options:      []*pb.PluginOption{positionsOption, visionOption},
 	// Qwen3VLTextConfig's, where they differ from the common decoder's.
 	Defaults: map[string]any{"num_key_value_heads": 32, "head_dim": 128, "rope_theta": 5e5, "max_position_embeddings": 128000},
@@ -40,7 +47,7 @@ var plugin = decoder.Plugin{Name: "qwen3vl", Version: "0.1.0", Architectures: []
 	ModelType: "qwen3_vl_moe", HFArchitectures: []string{"Qwen3VLMoeForConditionalGeneration"}, Name: "Qwen3VLMoe",
 	ConfigObject: "text_config", Prefixes: lmPrefixes,
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{layoutHub.String(), layoutTransformers.String()},
-		Models: []string{visionModel}},
+		Models: []string{decoder.VisionModel}},
 	Options: []*pb.PluginOption{positionsOption, visionOption, decoder.MoEStrategyOption()},
 	// Qwen3VLMoeTextConfig's, where they differ from the common decoder's.
 	Defaults: map[string]any{"num_key_value_heads": 16, "rope_theta": 5e5, "max_position_embeddings": 128000},
@@ -84,7 +91,7 @@ func common(m *decoder.Model) (*decoder.Attention, error) {
 		if m.Options[optVision] != "true" {
 			m.Note("model.onnx is the text-only language model (no vision inputs: --vision true adds them); the vision encoder is a model of its own: --extra-model vision")
 		}
-		addVision(m)
+		decoder.AddQwenVision(m, qwenVision)
 	}
 	return &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true}, nil
 }
@@ -106,7 +113,7 @@ func withVision(m *decoder.Model, base func(i int) *decoder.Kind) error {
 	if m.Options[optVision] != "true" {
 		return nil
 	}
-	return addVisionInputs(m, base)
+	return decoder.AddQwenVisionInputs(m, qwenVision, base)
 }
 
 // loadMoE loads qwen3_vl_moe: Qwen's sparse MoE whose router always

@@ -250,13 +250,13 @@ func TestVisionModelDeclared(t *testing.T) {
 		"deepstack_visual_indexes": [0], "in_channels": 3, "hidden_act": "gelu_pytorch_tanh"}`
 	base := plugintest.Config(t, denseConfig, func(m map[string]any) { m["vision_config"] = json.RawMessage(vision) })
 	lm := plugintest.Model(t, plugin, base, "F32")
-	c, err := readVision(mustParse(t, base), 64)
+	c, err := decoder.ReadQwenVision(mustParse(t, base), 64, qwenVision)
 	if err != nil {
 		t.Fatal(err)
 	}
 	full := &pb.Model{ConfigJson: base, Tensors: slices.Clone(lm.Tensors)}
-	for _, ts := range c.tensors() {
-		full.Tensors = append(full.Tensors, &pb.TensorInfo{Key: visionPrefixes[0] + ts[0].(string), Dtype: "F32", Shape: ts[1].([]int64)})
+	for _, ts := range c.Tensors() {
+		full.Tensors = append(full.Tensors, &pb.TensorInfo{Key: decoder.VisionPrefix + ts[0].(string), Dtype: "F32", Shape: ts[1].([]int64)})
 	}
 	cases := map[string]struct {
 		model *pb.Model
@@ -289,16 +289,16 @@ func TestVisionModelDeclared(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			declared := len(plan.GetModels()) == 1 && plan.GetModels()[0].GetName() == visionModel
+			declared := len(plan.GetModels()) == 1 && plan.GetModels()[0].GetName() == decoder.VisionModel
 			if declared != (tc.want == "") || (tc.want != "" && !strings.Contains(reasons, tc.want)) {
 				t.Errorf("declared=%v reasons=%q, want %q", declared, reasons, tc.want)
 			}
 			if declared {
-				resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: m, Part: sdk.PartModel, ModelName: visionModel})
+				resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: m, Part: sdk.PartModel, ModelName: decoder.VisionModel})
 				if err != nil {
 					t.Fatal(err)
 				}
-				bound := map[string]bool{inPixels: true, inGrid: true}
+				bound := map[string]bool{decoder.PixelValues: true, decoder.ImageGridTHW: true}
 				for _, b := range resp.GetWeights()[0].GetBindings() {
 					bound[b.GetInput()] = true
 				}
@@ -361,11 +361,11 @@ func TestVisionInputsPlan(t *testing.T) {
 				t.Errorf("kinds %v, want %v", kinds, tc.kinds)
 			case plan.GetPositionIdsRank() != 3 || plan.GetPositionRows() != 4:
 				t.Errorf("position_ids rank %d rows %d, want [4, batch, seq]", plan.GetPositionIdsRank(), plan.GetPositionRows())
-			case !slices.Equal(extra, []string{sdk.InputIDs, inVisionEmbeds, inDeepstack}):
+			case !slices.Equal(extra, []string{sdk.InputIDs, decoder.VisionEmbeds, decoder.DeepstackFeatures}):
 				t.Errorf("extra inputs %v", extra)
 			case plan.GetExtraInputs()[2].GetShape()[0].GetSize() != d:
 				t.Errorf("deepstack_features %v, want %d rows first", plan.GetExtraInputs()[2].GetShape(), d)
-			case !slices.Contains(plan.GetContextOutputs(), ctxVisionIndex) || !slices.Contains(plan.GetContextOutputs(), ctxVisionCount):
+			case !slices.Contains(plan.GetContextOutputs(), decoder.CtxVisionIndex) || !slices.Contains(plan.GetContextOutputs(), decoder.CtxVisionCount):
 				t.Errorf("context outputs %v", plan.GetContextOutputs())
 			}
 			reqs := []*pb.BuildRequest{{Part: sdk.PartEmbed}, {Part: sdk.PartContext}, {Part: sdk.PartFinal}}
@@ -384,10 +384,10 @@ func TestVisionInputsPlan(t *testing.T) {
 				in, fname := resp.GetFunction().GetInput(), resp.GetFunction().GetName()
 				deep := strings.Contains(r.GetKind(), "deepstack")
 				want := map[string]bool{
-					inVisionEmbeds: r.GetPart() == sdk.PartEmbed,
-					inDeepstack:    deep,
-					ctxVisionIndex: deep,
-					sdk.InputIDs:   r.GetPart() == sdk.PartEmbed || r.GetPart() == sdk.PartContext,
+					decoder.VisionEmbeds:      r.GetPart() == sdk.PartEmbed,
+					decoder.DeepstackFeatures: deep,
+					decoder.CtxVisionIndex:    deep,
+					sdk.InputIDs:              r.GetPart() == sdk.PartEmbed || r.GetPart() == sdk.PartContext,
 				}
 				for name, w := range want {
 					if slices.Contains(in, name) != w {

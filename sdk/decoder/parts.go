@@ -212,12 +212,16 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 // kind, and, for a kind with the KV cache, the standard context values) and
 // returns the hidden state, the attention context and the caches other than
 // the KV cache by name. A kind without past_key (linear attention) reads no
-// context value: a window of such layers needs no context part.
+// context value, with position_ids of rank 3 too (it picks row 0 itself): a
+// window of such layers needs no context part.
 func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int, caches []*pb.CacheSpec) (hidden fn.Value, c blocks.AttentionContext, states map[string]fn.Value) {
 	hidden = f.Input(sdk.HiddenStates)
-	if rank == 3 { // the cache is written at row 0's positions, which the context part gives
+	switch {
+	case rank == 3 && hasCache(caches, PastKey): // the cache is written at row 0's positions, which the context part gives
 		c.PositionIDs = f.Input(CtxPositions)
-	} else {
+	case rank == 3: // no KV cache, no context value: row 0 picked here, so a window of such layers needs no context part
+		c.PositionIDs = TextPositions(f.Scope("positions"), f.Input(sdk.PositionIDs))
+	default:
 		c.PositionIDs = f.Input(sdk.PositionIDs)
 	}
 	if opts.GetContinuousBatching() {

@@ -1,4 +1,4 @@
-package main
+package decoder
 
 import (
 	"errors"
@@ -9,49 +9,71 @@ import (
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/blocks"
-	"github.com/strata-llm/strata/sdk/decoder"
 	"github.com/strata-llm/strata/sdk/fn"
 	"github.com/strata-llm/strata/sdk/hf"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/weight"
 )
 
-// The vision encoder as its own model, vision.onnx (strata export
-// --extra-model vision), as transformers' Qwen3VLVisionModel computes it:
-// patch embedding (the Conv3d as a matmul over each flattened patch), the
-// learned position table resampled bilinearly (align_corners) to each
+// The Qwen vision encoder as its own model, vision.onnx (strata export
+// --extra-model vision), as transformers' Qwen3VLVisionModel computes it and
+// Qwen3.5's (Qwen3_5VisionModel, the same tower without DeepStack) inherits
+// it: patch embedding (the Conv3d as a matmul over each flattened patch),
+// the learned position table resampled bilinearly (align_corners) to each
 // image's grid, 2-D rotary embeddings over the patch rows and columns,
-// non-causal attention within each frame, the merger and the DeepStack
-// mergers. Everything that depends on the grids (per-patch image, frame,
-// row and column, interpolation taps) is computed in the graph from
+// non-causal attention within each frame, the merger and, for Qwen3-VL, the
+// DeepStack mergers. Everything that depends on the grids (per-patch image,
+// frame, row and column, interpolation taps) is computed in the graph from
 // image_grid_thw, so any grid runs.
 //
 // Inputs: pixel_values [num_patches, C·T·P·P] (as the HF image processor
 // flattens them), image_grid_thw [num_images, 3] int64. Outputs:
-// vision_embeds [num_patches / merge², out_hidden], deepstack_features
-// [D, num_patches / merge², out_hidden].
+// vision_embeds [num_patches / merge², out_hidden] and, with DeepStack,
+// deepstack_features [D, num_patches / merge², out_hidden].
 
+// The vision model's name (--extra-model) and its inputs and outputs, which
+// are also the language model's vision inputs (AddQwenVisionInputs).
 const (
-	visionModel       = "vision"
-	inPixels          = "pixel_values"
-	inGrid            = "image_grid_thw"
-	outVisionEmbeds   = "vision_embeds"
-	outDeepstack      = "deepstack_features"
+	VisionModel       = "vision"
+	PixelValues       = "pixel_values"
+	ImageGridTHW      = "image_grid_thw"
+	VisionEmbeds      = "vision_embeds"
+	DeepstackFeatures = "deepstack_features"
 	visionLayerNormEp = 1e-6
 )
 
-type visionConfig struct {
+// QwenVisionFamily is what differs between the architectures sharing the
+// Qwen vision tower.
+type QwenVisionFamily struct {
+	Plugin string // in messages: "qwen3vl"
+	Model  string // in the vision model's help: "Qwen3-VL"
+	// DeepStack: vision_config.deepstack_visual_indexes names the blocks
+	// whose merged output (deepstack_merger_list) is added to the language
+	// model's hidden state after its first layers (Qwen3-VL). Without it
+	// (Qwen3.5) the field must be absent or empty.
+	DeepStack bool
+}
+
+// QwenVision is a checkpoint's vision tower: vision_config and where its
+// tensors are.
+type QwenVision struct {
 	depth, hidden, intermediate, heads, inChannels, patch, temporalPatch, merge, positions, out int
 	deepstack                                                                                   []int
 	theta                                                                                       float64
 	// prefix is where the checkpoint holds the tower: one of visionPrefixes.
 	prefix string
+	family QwenVisionFamily
 }
 
 // visionPrefixes are where transformers loads the vision tower from:
-// model.visual. as it saves a Qwen3VL(Moe)ForConditionalGeneration,
-// visual. as a Qwen3VLModel (whichever layout the language model is in).
+// model.visual. as it saves a *ForConditionalGeneration, visual. as the
+// base model (Qwen3VLModel, Qwen3_5Model) saves it (whichever layout the
+// language model is in).
 var visionPrefixes = []string{"model.visual.", "visual."}
+
+// VisionPrefix is where a *ForConditionalGeneration checkpoint holds the
+// vision tower.
+const VisionPrefix = "model.visual."
 
 // visionKnown are the vision_config fields read or known not to change
 // the math; any other field is refused (it may).
@@ -59,22 +81,29 @@ var visionKnown = []string{"deepstack_visual_indexes", "depth", "hidden_act", "h
 	"initializer_range", "intermediate_size", "model_type", "num_heads", "num_position_embeddings", "out_hidden_size",
 	"patch_size", "spatial_merge_size", "temporal_patch_size", "rope_parameters", "dtype", "torch_dtype"}
 
-func readVision(top hf.Config, textHidden int) (visionConfig, error) {
+// DeepStack is the number of DeepStack features (0 without DeepStack).
+func (c QwenVision) DeepStack() int { return len(c.deepstack) }
+
+// ReadQwenVision reads top's vision_config; textHidden is the language
+// model's hidden size, which the tower's output must have.
+func ReadQwenVision(top hf.Config, textHidden int, fam QwenVisionFamily) (QwenVision, error) {
 	v, ok, err := top.Object("vision_config")
 	if err != nil || !ok {
-		return visionConfig{}, fmt.Errorf("config.json: no vision_config")
+		return QwenVision{}, fmt.Errorf("config.json: no vision_config")
 	}
 	for _, k := range v.Keys() {
 		if !slices.Contains(visionKnown, k) {
-			return visionConfig{}, fmt.Errorf("config.json: vision_config.%s is not known to the qwen3vl plugin (it may change the vision math)", k)
+			return QwenVision{}, fmt.Errorf("config.json: vision_config.%s is not known to the %s plugin (it may change the vision math)", k, fam.Plugin)
 		}
 	}
 	r := &hf.Reader{Config: v}
-	c := visionConfig{depth: r.Int("depth"), hidden: r.Int("hidden_size"), intermediate: r.Int("intermediate_size"),
+	c := QwenVision{depth: r.Int("depth"), hidden: r.Int("hidden_size"), intermediate: r.Int("intermediate_size"),
 		heads: r.Int("num_heads"), inChannels: r.IntOr("in_channels", 3), patch: r.Int("patch_size"),
 		temporalPatch: r.IntOr("temporal_patch_size", 2), merge: r.IntOr("spatial_merge_size", 2),
-		positions: r.Int("num_position_embeddings"), out: r.Int("out_hidden_size"),
-		deepstack: r.Ints("deepstack_visual_indexes"), theta: 10000}
+		positions: r.Int("num_position_embeddings"), out: r.Int("out_hidden_size"), theta: 10000, family: fam}
+	if fam.DeepStack || v.Has("deepstack_visual_indexes") {
+		c.deepstack = r.Ints("deepstack_visual_indexes")
+	}
 	act := r.StringOr("hidden_act", "gelu_pytorch_tanh")
 	if rp, ok := r.Object("rope_parameters"); ok {
 		rr := &hf.Reader{Config: rp}
@@ -89,33 +118,51 @@ func readVision(top hf.Config, textHidden int) (visionConfig, error) {
 	if r.Err != nil {
 		return c, r.Err
 	}
+	if err := c.check(act, textHidden); err != nil {
+		return c, err
+	}
+	return c, c.checkDeepStack()
+}
+
+// check refuses sizes the graph cannot take and math it does not compute.
+func (c QwenVision) check(act string, textHidden int) error {
 	side := int(math.Sqrt(float64(c.positions)))
 	switch {
 	case act != "gelu_pytorch_tanh":
-		return c, fmt.Errorf("config.json: vision_config.hidden_act %q (only gelu_pytorch_tanh)", act)
+		return fmt.Errorf("config.json: vision_config.hidden_act %q (only gelu_pytorch_tanh)", act)
 	case c.depth <= 0 || c.hidden <= 0 || c.heads <= 0 || c.hidden%c.heads != 0 || (c.hidden/c.heads)%4 != 0:
-		return c, fmt.Errorf("config.json: vision_config depth %d, hidden_size %d, num_heads %d: need positive sizes and a head dim divisible by 4", c.depth, c.hidden, c.heads)
+		return fmt.Errorf("config.json: vision_config depth %d, hidden_size %d, num_heads %d: need positive sizes and a head dim divisible by 4", c.depth, c.hidden, c.heads)
 	case side*side != c.positions:
-		return c, fmt.Errorf("config.json: vision_config.num_position_embeddings %d is not a square", c.positions)
+		return fmt.Errorf("config.json: vision_config.num_position_embeddings %d is not a square", c.positions)
 	case c.out != textHidden:
-		return c, fmt.Errorf("config.json: vision_config.out_hidden_size %d differs from text hidden_size %d", c.out, textHidden)
+		return fmt.Errorf("config.json: vision_config.out_hidden_size %d differs from text hidden_size %d", c.out, textHidden)
 	case c.merge <= 0 || c.patch <= 0 || c.temporalPatch <= 0 || c.inChannels <= 0 || c.intermediate <= 0:
-		return c, fmt.Errorf("config.json: vision_config sizes must be positive")
-	case len(c.deepstack) == 0:
-		return c, fmt.Errorf("config.json: vision_config.deepstack_visual_indexes is empty")
+		return fmt.Errorf("config.json: vision_config sizes must be positive")
+	}
+	return nil
+}
+
+// checkDeepStack refuses DeepStack indexes the family does not have or the
+// depth does not hold.
+func (c QwenVision) checkDeepStack() error {
+	switch {
+	case c.family.DeepStack && len(c.deepstack) == 0:
+		return fmt.Errorf("config.json: vision_config.deepstack_visual_indexes is empty")
+	case !c.family.DeepStack && len(c.deepstack) > 0:
+		return fmt.Errorf("config.json: vision_config.deepstack_visual_indexes is %v; %s's vision tower has no DeepStack mergers (remove the field or make it empty)", c.deepstack, c.family.Model)
 	}
 	for _, d := range c.deepstack {
 		if d < 0 || d >= c.depth {
-			return c, fmt.Errorf("config.json: vision_config.deepstack_visual_indexes %v: index %d outside 0..depth-1", c.deepstack, d)
+			return fmt.Errorf("config.json: vision_config.deepstack_visual_indexes %v: index %d outside 0..depth-1", c.deepstack, d)
 		}
 	}
-	return c, nil
+	return nil
 }
 
-// addVision declares vision.onnx when the config and the tensors allow it;
-// otherwise it notes why not (the language model still exports).
-func addVision(m *decoder.Model) {
-	c, err := readVision(m.Top, m.Hidden)
+// AddQwenVision declares vision.onnx when the config and the tensors allow
+// it; otherwise it notes why not (the language model still exports).
+func AddQwenVision(m *Model, fam QwenVisionFamily) {
+	c, err := ReadQwenVision(m.Top, m.Hidden, fam)
 	if err == nil {
 		c.prefix, err = m.Inventory.PickPrefix("the vision tower", "", visionPrefixes)
 		if errors.Is(err, sdk.ErrNoLayout) { // checkTensors names the missing tensors
@@ -129,23 +176,27 @@ func addVision(m *decoder.Model) {
 		m.Note("the vision model is not available: %v", err)
 		return
 	}
-	patches, tokens := decoder.DimParam("num_patches"), decoder.DimParam("num_vision_tokens")
-	m.AddModel(&pb.ModelSpec{Name: visionModel,
-		Help: "Qwen3-VL vision encoder: pixel_values + image_grid_thw -> vision_embeds, deepstack_features",
+	patches, tokens := DimParam("num_patches"), DimParam("num_vision_tokens")
+	outputs, help := []*pb.IOSpec{{Name: VisionEmbeds, Dtype: "compute", Shape: []*pb.Dim{tokens, DimSize(c.out)}}}, VisionEmbeds
+	if fam.DeepStack {
+		outputs = append(outputs, &pb.IOSpec{Name: DeepstackFeatures, Dtype: "compute",
+			Shape: []*pb.Dim{DimSize(len(c.deepstack)), tokens, DimSize(c.out)}})
+		help += ", " + DeepstackFeatures
+	}
+	m.AddModel(&pb.ModelSpec{Name: VisionModel,
+		Help: fam.Model + " vision encoder: pixel_values + image_grid_thw -> " + help,
 		Inputs: []*pb.IOSpec{
-			{Name: inPixels, Dtype: "compute", Shape: []*pb.Dim{patches, decoder.DimSize(c.patchValues())}},
-			{Name: inGrid, Dtype: "int64", Shape: []*pb.Dim{decoder.DimParam("num_images"), decoder.DimSize(3)}}},
-		Outputs: []*pb.IOSpec{
-			{Name: outVisionEmbeds, Dtype: "compute", Shape: []*pb.Dim{tokens, decoder.DimSize(c.out)}},
-			{Name: outDeepstack, Dtype: "compute", Shape: []*pb.Dim{decoder.DimSize(len(c.deepstack)), tokens, decoder.DimSize(c.out)}}},
+			{Name: PixelValues, Dtype: "compute", Shape: []*pb.Dim{patches, DimSize(c.patchValues())}},
+			{Name: ImageGridTHW, Dtype: "int64", Shape: []*pb.Dim{DimParam("num_images"), DimSize(3)}}},
+		Outputs: outputs,
 	}, c.build)
 }
 
-func (c visionConfig) patchValues() int { return c.inChannels * c.temporalPatch * c.patch * c.patch }
+func (c QwenVision) patchValues() int { return c.inChannels * c.temporalPatch * c.patch * c.patch }
 
-// tensors are the vision tower's, by formal input name (the key without
+// Tensors are the vision tower's, by formal input name (the key without
 // its prefix), with their shapes.
-func (c visionConfig) tensors() [][2]any {
+func (c QwenVision) Tensors() [][2]any {
 	hv, iv, merged, out := int64(c.hidden), int64(c.intermediate), int64(c.hidden*c.merge*c.merge), int64(c.out)
 	ts := [][2]any{{"patch_embed.proj.weight", []int64{hv, int64(c.inChannels), int64(c.temporalPatch), int64(c.patch), int64(c.patch)}},
 		{"patch_embed.proj.bias", []int64{hv}}, {"pos_embed.weight", []int64{int64(c.positions), hv}}}
@@ -173,9 +224,9 @@ func (c visionConfig) tensors() [][2]any {
 	return ts
 }
 
-func (c visionConfig) checkTensors(m *decoder.Model) error {
+func (c QwenVision) checkTensors(m *Model) error {
 	var missing []string
-	for _, t := range c.tensors() {
+	for _, t := range c.Tensors() {
 		key, shape := c.prefix+t[0].(string), t[1].([]int64)
 		info, ok := m.Inventory[key]
 		switch {
@@ -195,11 +246,11 @@ func (c visionConfig) checkTensors(m *decoder.Model) error {
 }
 
 // build writes the vision model into f.
-func (c visionConfig) build(f *fn.Func) (*pb.BuildResponse, error) {
-	pixels, grid := f.Input(inPixels), f.Input(inGrid)
+func (c QwenVision) build(f *fn.Func) (*pb.BuildResponse, error) {
+	pixels, grid := f.Input(PixelValues), f.Input(ImageGridTHW)
 	w := map[string]fn.Value{}
 	var bindings []*pb.WeightBinding
-	for _, t := range c.tensors() {
+	for _, t := range c.Tensors() {
 		name, shape := t[0].(string), t[1].([]int64)
 		w[name] = f.Input(name)
 		e := weight.Tensor(c.prefix+name, shape...)
@@ -240,9 +291,11 @@ func (c visionConfig) build(f *fn.Func) (*pb.BuildResponse, error) {
 	}
 	mg := f.Scope("merger")
 	y := c.mergeTokens(mg, norm(mg.Scope("norm"), "merger.norm", x))
-	f.Output(outVisionEmbeds, lin(mg, "merger.linear_fc2", geluErf(mg, lin(mg, "merger.linear_fc1", y))))
-	f.Output(outDeepstack, f.Concat(0, deep...))
-	return decoder.Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: bindings}), nil
+	f.Output(VisionEmbeds, lin(mg, "merger.linear_fc2", geluErf(mg, lin(mg, "merger.linear_fc1", y))))
+	if c.family.DeepStack {
+		f.Output(DeepstackFeatures, f.Concat(0, deep...))
+	}
+	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: bindings}), nil
 }
 
 // checkInputs makes the runtime refuse inputs the grids do not describe:
@@ -250,7 +303,7 @@ func (c visionConfig) build(f *fn.Func) (*pb.BuildResponse, error) {
 // multiple of spatial_merge_size, becomes an out-of-range gather index
 // (a check ONNX Runtime's optimiser cannot fold away, unlike a Reshape or a
 // Gather over a Range); the grid the rest reads passes through it.
-func (c visionConfig) checkInputs(f *fn.Func, pixels, grid fn.Value) (fn.Value, fn.Value) {
+func (c QwenVision) checkInputs(f *fn.Func, pixels, grid fn.Value) (fn.Value, fn.Value) {
 	h, w := f.Gather(grid, f.Int(1), 1), f.Gather(grid, f.Int(2), 1)
 	counts := f.Mul(f.Mul(f.Gather(grid, f.Int(0), 1), h), w)
 	mismatch := f.Op("Abs", []fn.Value{f.Sub(f.Dim(pixels, 0), f.ReduceSum(counts, false, 0))})
@@ -261,7 +314,7 @@ func (c visionConfig) checkInputs(f *fn.Func, pixels, grid fn.Value) (fn.Value, 
 }
 
 // mergeTokens views [N, Hv] as [N/merge², merge²·Hv].
-func (c visionConfig) mergeTokens(f *fn.Func, x fn.Value) fn.Value {
+func (c QwenVision) mergeTokens(f *fn.Func, x fn.Value) fn.Value {
 	return f.Reshape(x, -1, int64(c.hidden*c.merge*c.merge))
 }
 
@@ -272,7 +325,7 @@ type geometry struct {
 	row, col, height, width, segment fn.Value // [N] int64
 }
 
-func (c visionConfig) geometry(f *fn.Func, pixels, grid fn.Value) geometry {
+func (c QwenVision) geometry(f *fn.Func, pixels, grid fn.Value) geometry {
 	col3 := func(i int64) fn.Value { return f.Gather(grid, f.Int(i), 1) } // [I]
 	t, h, w := col3(0), col3(1), col3(2)
 	frame := f.Mul(h, w)
@@ -301,7 +354,7 @@ func (c visionConfig) geometry(f *fn.Func, pixels, grid fn.Value) geometry {
 
 // positionEmbedding resamples the learned side×side table to each patch's
 // place: bilinear, align_corners, as transformers' interpolation taps.
-func (c visionConfig) positionEmbedding(f *fn.Func, table fn.Value, g geometry) fn.Value {
+func (c QwenVision) positionEmbedding(f *fn.Func, table fn.Value, g geometry) fn.Value {
 	side := int64(math.Sqrt(float64(c.positions)))
 	axis := func(index, size fn.Value) (taps [2]fn.Value, weights [2]fn.Value) {
 		src := f.Mul(f.Cast(index, fn.Float32), f.ScalarOf(fn.Float32, float32(side-1)))
@@ -339,7 +392,7 @@ func (c visionConfig) positionEmbedding(f *fn.Func, table fn.Value, g geometry) 
 // rotary is cos and sin [N, 1, head_dim] (float32): frequencies over
 // head_dim/4 turned by the row, then the same by the column, the pair
 // repeated (rotate-half layout).
-func (c visionConfig) rotary(f *fn.Func, g geometry) (cos, sin fn.Value) {
+func (c QwenVision) rotary(f *fn.Func, g geometry) (cos, sin fn.Value) {
 	hd := c.hidden / c.heads
 	inv := blocks.RoPE{Type: "default", Base: c.theta, Dim: hd / 2}.InvFreq()
 	freqs := func(p fn.Value) fn.Value { return f.Mul(f.Unsqueeze(f.Cast(p, fn.Float32), 1), f.Floats(inv...)) }
@@ -354,7 +407,7 @@ func (c visionConfig) rotary(f *fn.Func, g geometry) (cos, sin fn.Value) {
 
 // attention is multi-head attention within each segment, with the rotary
 // embedding applied to queries and keys in float32. qkv is [N, 3·Hv].
-func (c visionConfig) attention(f *fn.Func, qkv, cos, sin, mask fn.Value) fn.Value {
+func (c QwenVision) attention(f *fn.Func, qkv, cos, sin, mask fn.Value) fn.Value {
 	hd := int64(c.hidden / c.heads)
 	heads := int64(c.heads)
 	parts := f.Split(f.Reshape(qkv, 0, 3, heads, hd), 1, 1, 1, 1)
