@@ -79,6 +79,7 @@ type Model struct {
 	models        []*pb.ModelSpec
 	modelBuilders map[string]func(*fn.Func) (*pb.BuildResponse, error)
 	notes         []string
+	storedAt      map[int32]string // StoreLayer
 }
 
 // Kind is a kind of decoder layer: one ONNX function, one body.
@@ -197,6 +198,9 @@ func (m *Model) Key(name string) string { return m.Prefix + name }
 // LayerKey is the checkpoint key of decoder layer i's tensor name.
 // (Concatenated, not Sprintf'd: GLM-4.6's Check builds 44,689 of them.)
 func (m *Model) LayerKey(i int32, name string) string {
+	if p, ok := m.storedAt[i]; ok {
+		return p + name
+	}
 	return m.Prefix + "layers." + strconv.Itoa(int(i)) + "." + name
 }
 
