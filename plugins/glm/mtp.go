@@ -156,22 +156,16 @@ func newDraft(m *decoder.Model, layer int32, kind string) *decoder.Draft {
 	own := func(name string, shape ...int64) decoder.NamedWeight {
 		return decoder.NamedWeight{Input: name, Expr: weight.Tensor(key(name), shape...)}
 	}
-	embed := m.Key("embed_tokens.weight")
+	embed, head := m.EmbedWeight(), m.HeadWeight()
 	if m.Inventory.Has(key("embed_tokens.weight")) {
-		embed = key("embed_tokens.weight")
+		embed = weight.Tensor(key("embed_tokens.weight"), int64(m.Vocab), h)
 	}
-	head := "lm_head.weight"
-	switch {
-	case m.Inventory.Has(key("shared_head.head.weight")):
-		head = key("shared_head.head.weight")
-	case m.Tied:
-		head = m.Key("embed_tokens.weight")
-	case m.HeadKey != "":
-		head = m.HeadKey
+	if m.Inventory.Has(key("shared_head.head.weight")) {
+		head = weight.Tensor(key("shared_head.head.weight"), int64(m.Vocab), h)
 	}
 	return &decoder.Draft{Model: m, Layer: layer, Kind: kind, ZeroFirst: true,
-		Embed:     decoder.NamedWeight{Input: "embed_tokens.weight", Expr: weight.Tensor(embed, int64(m.Vocab), h)},
+		Embed:     decoder.NamedWeight{Input: "embed_tokens.weight", Expr: embed},
 		EmbedNorm: own("enorm.weight", h), HiddenNorm: own("hnorm.weight", h), Proj: own("eh_proj.weight", h, 2*h),
 		FinalNorm: own("shared_head.norm.weight", h),
-		Head:      decoder.NamedWeight{Input: "shared_head.head.weight", Expr: weight.Tensor(head, int64(m.Vocab), h)}}
+		Head:      decoder.NamedWeight{Input: "shared_head.head.weight", Expr: head}}
 }
