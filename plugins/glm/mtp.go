@@ -135,7 +135,7 @@ func layerList(ls []int32) string {
 // main model also return its final hidden states and declares mtp.onnx.
 func (info mtpInfo) declare(m *decoder.Model, c config) error {
 	m.MTP = info.layout
-	if info.layout.GetConvention() != mtpInlined {
+	if len(info.layout.GetLayers()) == 0 { // none, or indexed mtp.* keys (refused with draft by detectMTP)
 		return nil
 	}
 	layer := info.layout.GetLayers()[0]

@@ -70,6 +70,9 @@ func declareMTP(m *decoder.Model, name string, mlps mlps, attn func(mlp string) 
 		return nil
 	}
 	draft := m.Options[decoder.MTPOptionName] == decoder.MTPDraft
+	if dedicated, err := m.Config.BoolOr("mtp_use_dedicated_embeddings", false); draft && (err != nil || dedicated) {
+		return fmt.Errorf("--mtp draft: %s: mtp_use_dedicated_embeddings is not false; the draft (as vLLM's Qwen3.5 / Qwen3-Next MTP) reads the main model's embedding, so export without --mtp draft", m.Config.Path())
+	}
 	layer := int32(m.Layers)
 	m.StoreLayer(layer, mtpPrefix)
 	mlp, err := mtpMLP(m, mlps, layer, draft)

@@ -97,6 +97,11 @@ func TestMTPRefusals(t *testing.T) {
 		want  string
 	}{
 		"no mtp tensors": {dense, "--mtp draft: the checkpoint holds no mtp.* tensor"},
+		"dedicated embeddings": {func(t *testing.T) *pb.Model {
+			m := withMTP(dense(t), 2, 2)
+			m.ConfigJson = plugintest.Config(t, denseConfig, func(c map[string]any) { c["mtp_use_dedicated_embeddings"] = true })
+			return m
+		}, "mtp_use_dedicated_embeddings is not false"},
 		"fc missing": {func(t *testing.T) *pb.Model {
 			m := withMTP(dense(t), 2, 2)
 			m.Tensors = slices.DeleteFunc(m.Tensors, func(x *pb.TensorInfo) bool { return x.GetKey() == "mtp.fc.weight" })
