@@ -182,3 +182,15 @@ def test_convert_keeps_mtp_whole(tmp_path):
     shard = {k: str(p) for p in out.glob("*.safetensors") for k in safetensors_header(str(p))[1]}
     for k in mtp:
         np.testing.assert_array_equal(read_safetensors(shard[k], k), read_safetensors(source, k))
+
+
+@pytest.mark.parametrize("name", MTP_NAMES)
+def test_inspect_shows_mtp(name):
+    """strata inspect (--json and plain): the indexed layout and its keys."""
+    fx = Fixture(name)
+    out = subprocess.run([STRATA, "inspect", "--json", fx.model], capture_output=True, text=True, check=True).stdout
+    mtp = json.loads(out)["mtp"]
+    assert mtp["convention"] == "indexed" and not mtp.get("layers")
+    assert "mtp.fc.weight" in mtp["keys"] and all(k.startswith("mtp.") for k in mtp["keys"])
+    plain = subprocess.run([STRATA, "inspect", fx.model], capture_output=True, text=True, check=True).stdout
+    assert f"indexed, {len(mtp['keys'])} tensors" in plain and "--mtp draft exports them as mtp.onnx" in plain, plain
