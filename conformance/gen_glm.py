@@ -106,28 +106,38 @@ def mtp_modules(cfg):
     return mods
 
 
+def random_mtp(out, make_modules, seed, norm_low):
+    """What MTP surgery starts from: the saved checkpoint's config, path,
+    tensors and dtype, and make_modules(cfg) random (norm weights in
+    [norm_low, norm_low + 1), biases around 0), with the generator."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(out)
+    path = os.path.join(out, "model.safetensors")
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(seed)
+    mods = make_modules(cfg)
+    with torch.no_grad():
+        for name, p in mods.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * cfg.initializer_range)
+            if "norm" in name:
+                p.copy_(norm_low + torch.rand(p.shape, generator=g))
+            if name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return cfg, path, tensors, tensors["model.embed_tokens.weight"].dtype, mods, g
+
+
 def add_mtp_layer(out, opts):
     """Adds model.layers.{N}.* (N = num_hidden_layers) to the checkpoint with
     the GLM-4.x release names: the decoder layer's keys as for any MoE layer
     (per-expert), then enorm, hnorm, eh_proj, shared_head.norm, and, as
     asked, shared_head.head and embed_tokens (GLM-4.6 omits those two)."""
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoConfig
+    from safetensors.torch import save_file
 
-    cfg = AutoConfig.from_pretrained(out)
+    cfg, path, tensors, dtype, mods, g = random_mtp(out, mtp_modules, 77, 0.5)
     n = cfg.num_hidden_layers
-    path = os.path.join(out, "model.safetensors")
-    tensors = load_file(path)
-    dtype = tensors["model.embed_tokens.weight"].dtype
-    g = torch.Generator().manual_seed(77)
-    mods = mtp_modules(cfg)
     with torch.no_grad():
-        for name, p in mods.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * cfg.initializer_range)
-            if "norm" in name:
-                p.copy_(0.5 + torch.rand(p.shape, generator=g))
-            if name.endswith(".bias"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
         mods.mtp_block.mlp.gate.e_score_correction_bias.copy_(torch.rand(cfg.n_routed_experts, generator=g) * 0.2)
     skip = {"embed_tokens"} if not opts.get("own_embed") else set()
     if not opts.get("own_head"):
@@ -137,19 +147,35 @@ def add_mtp_layer(out, opts):
         if any(name.startswith(s + ".") for s in skip):
             continue
         name = name.removeprefix("mtp_block.")
-        if name.endswith("mlp.experts.gate_up_proj"):
-            i = cfg.moe_intermediate_size
-            for e in range(t.shape[0]):
-                tensors[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = t[e, :i].to(dtype).contiguous()
-                tensors[f"{prefix}mlp.experts.{e}.up_proj.weight"] = t[e, i:].to(dtype).contiguous()
-            continue
-        if name.endswith("mlp.experts.down_proj"):
-            for e in range(t.shape[0]):
-                tensors[f"{prefix}mlp.experts.{e}.down_proj.weight"] = t[e].to(dtype).contiguous()
+        if per_expert(tensors, prefix, name, t, cfg.moe_intermediate_size, dtype):
             continue
         keep32 = "mlp.gate." in name  # _keep_in_fp32_modules_strict, as save_pretrained writes them
         tensors[prefix + name] = t.to(torch.float32 if keep32 else dtype).contiguous()
     save_file(tensors, path, metadata={"format": "pt"})
+
+
+def per_expert(tensors, prefix, name, t, intermediate, dtype):
+    """Writes a fused expert tensor (transformers' in-memory gate_up_proj
+    [E, 2I, H] or down_proj [E, H, I]) into tensors as the releases' per-expert
+    keys under prefix; False for any other tensor."""
+    if name.endswith("mlp.experts.gate_up_proj"):
+        for e in range(t.shape[0]):
+            tensors[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = t[e, :intermediate].to(dtype).contiguous()
+            tensors[f"{prefix}mlp.experts.{e}.up_proj.weight"] = t[e, intermediate:].to(dtype).contiguous()
+        return True
+    if name.endswith("mlp.experts.down_proj"):
+        for e in range(t.shape[0]):
+            tensors[f"{prefix}mlp.experts.{e}.down_proj.weight"] = t[e].to(dtype).contiguous()
+        return True
+    return False
+
+
+def fused_experts(t, prefix, experts):
+    """The per-expert keys under prefix stacked back as transformers holds
+    them: {"mlp.experts.gate_up_proj": [E, 2I, H], "mlp.experts.down_proj": [E, H, I]}."""
+    return {"mlp.experts.gate_up_proj": torch.stack([torch.cat([t[f"{prefix}mlp.experts.{x}.gate_proj.weight"],
+                                                                 t[f"{prefix}mlp.experts.{x}.up_proj.weight"]]) for x in range(experts)]),
+            "mlp.experts.down_proj": torch.stack([t[f"{prefix}mlp.experts.{x}.down_proj.weight"] for x in range(experts)])}
 
 
 def load_mtp(model_dir, cfg, layer):
@@ -165,10 +191,7 @@ def load_mtp(model_dir, cfg, layer):
         if k.startswith(prefix) and ".mlp.experts." not in k:
             name = k.removeprefix(prefix)
             state[name if name.split(".")[0] in ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens") else "mtp_block." + name] = v
-    e, i = cfg.n_routed_experts, cfg.moe_intermediate_size
-    state["mtp_block.mlp.experts.gate_up_proj"] = torch.stack(
-        [torch.cat([t[f"{prefix}mlp.experts.{x}.gate_proj.weight"], t[f"{prefix}mlp.experts.{x}.up_proj.weight"]]) for x in range(e)])
-    state["mtp_block.mlp.experts.down_proj"] = torch.stack([t[f"{prefix}mlp.experts.{x}.down_proj.weight"] for x in range(e)])
+    state.update({"mtp_block." + k: v for k, v in fused_experts(t, prefix, cfg.n_routed_experts).items()})
     state.setdefault("embed_tokens.weight", t["model.embed_tokens.weight"])
     state.setdefault("shared_head.head.weight", t["lm_head.weight"])
     missing, unexpected = mods.load_state_dict(state, strict=False)
@@ -178,20 +201,23 @@ def load_mtp(model_dir, cfg, layer):
 
 
 class Draft:
-    """One sequence through the MTP layer, as vLLM runs it, with its cache."""
+    """One sequence through the MTP layer, as vLLM runs it, with its cache.
+    mods are named as GLM's MTP layer is (embed_tokens, enorm, hnorm,
+    eh_proj, mtp_block, shared_head.norm / .head); zero_first zeroes the
+    embedding at position 0 (vLLM's GLM MTP does, Qwen3-Next's does not)."""
 
-    def __init__(self, mods, cfg):
+    def __init__(self, mods, rope, zero_first=True):
         from transformers import DynamicCache
-        from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeRotaryEmbedding
 
-        self.m, self.rope, self.cache, self.past = mods, Glm4MoeRotaryEmbedding(cfg), DynamicCache(), 0
+        self.m, self.rope, self.cache, self.past, self.zero_first = mods, rope, DynamicCache(), 0, zero_first
 
     @torch.no_grad()
     def __call__(self, ids, hidden):
         t = len(ids)
         pos = torch.arange(self.past, self.past + t)[None]
         emb = self.m.embed_tokens(torch.tensor([ids]))
-        emb = torch.where((pos == 0)[..., None], torch.zeros_like(emb), emb)
+        if self.zero_first:
+            emb = torch.where((pos == 0)[..., None], torch.zeros_like(emb), emb)
         x = self.m.eh_proj(torch.cat([self.m.enorm(emb), self.m.hnorm(hidden)], dim=-1))
         keys = torch.arange(self.past + t)
         mask = torch.where(keys[None, :] <= pos[0][:, None], 0.0, float("-inf"))[None, None]
@@ -201,8 +227,16 @@ class Draft:
         return self.m.shared_head.head(self.m.shared_head.norm(y[:, -1]))[0]
 
 
+def glm_draft(model_dir, cfg, main):
+    """A fresh GLM draft (Draft) per sequence."""
+    from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeRotaryEmbedding
+
+    mods, rope = load_mtp(model_dir, cfg, cfg.num_hidden_layers), Glm4MoeRotaryEmbedding(cfg)
+    return lambda: Draft(mods, rope)
+
+
 @torch.no_grad()
-def mtp_reference(dest):
+def mtp_reference(dest, new_draft=glm_draft):
     """mtp_reference.npz: per row, the draft's prefill over the prompt
     (input_ids = the prompt shifted by one, then the first decode token;
     hidden states = the main model's at positions 0..n-1), then one step per
@@ -214,7 +248,7 @@ def mtp_reference(dest):
     ref = np.load(os.path.join(dest, "reference.npz"))
     cfg = AutoConfig.from_pretrained(model_dir)
     main = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
-    mods = load_mtp(model_dir, cfg, cfg.num_hidden_layers)
+    draft = new_draft(model_dir, cfg, main)
     prompts, lengths, decode = ref["prompts"], ref["prompt_lengths"], ref["decode_tokens"]
     steps = decode.shape[1]
     width = prompts.shape[1]
@@ -232,7 +266,7 @@ def mtp_reference(dest):
         hidden_prefill[b, :n] = hs[0][0].numpy()
         for s in range(steps):
             hidden_decode[s, b] = hs[s + 1][0, 0].numpy()
-        d = Draft(mods, cfg)
+        d = draft()
         draft_logits[0].append(d(prompt[1:] + [int(decode[b, 0])], hs[0]).numpy())
         for s in range(steps - 1):
             draft_logits[s + 1].append(d([int(decode[b, s + 1])], hs[s + 1]).numpy())

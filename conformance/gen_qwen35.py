@@ -130,3 +130,126 @@ def randomized(model):
             elif n.endswith("A_log"):
                 p.copy_(torch.empty_like(p).uniform_(0.05, 1.0).log())
     return model
+
+
+# MTP fixtures: the MTP layer (mtp.* keys, as every release stores them) is
+# added after save_pretrained (transformers neither builds nor loads it).
+# qwen3next-f32-mtp: a MoE MTP layer (per-expert keys, shared expert),
+# num_nextn_predict_layers as vLLM's Qwen3-Next MTP reads it; qwen35-bf16-mtp:
+# a dense one, tied embeddings (the head is the embedding),
+# mtp_num_hidden_layers as the Qwen3.5 configs name it.
+QWEN35_SPEC.update({
+    "qwen3next-f32-mtp": (dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16, layer_types=[L, F, L],
+                               decoder_sparse_step=1, num_nextn_predict_layers=1, rope_parameters=ROPE, **LINEAR, **MOE),
+                          "float32", {"seed": 9008, "mtp": True}),
+    "qwen35-bf16-mtp": (dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=32, layer_types=[L, F, L],
+                             mtp_num_hidden_layers=1, tie_word_embeddings=True, rope_parameters=ROPE, **LINEAR),
+                        "bfloat16", {"seed": 9007, "mtp": True}),
+})
+
+
+def mtp_modules(cfg):
+    """The MTP layer as transformers modules, named as gen_glm.Draft reads
+    them: mtp_block the model's decoder layer built as a full-attention
+    layer (layer index 0 of a config whose only layer type is full, as vLLM
+    builds mtp.layers.0), enorm / hnorm / shared_head.norm the model's
+    (1 + w) RMSNorm for pre_fc_norm_embedding / pre_fc_norm_hidden / norm,
+    eh_proj nn.Linear for fc; embed_tokens and shared_head.head the main
+    model's, filled by load_mtp."""
+    import copy
+
+    from torch import nn
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDecoderLayer, Qwen3NextRMSNorm
+
+    layer_cls, norm = {"qwen3_next": (Qwen3NextDecoderLayer, Qwen3NextRMSNorm),
+                       "qwen3_5_text": (Qwen3_5DecoderLayer, Qwen3_5RMSNorm)}[cfg.model_type]
+    one = copy.deepcopy(cfg)
+    one.layer_types, one.mlp_only_layers = ["full_attention"], []
+    one._attn_implementation = "eager"
+    h, eps = cfg.hidden_size, cfg.rms_norm_eps
+    return nn.ModuleDict(dict(
+        mtp_block=layer_cls(one, layer_idx=0), enorm=norm(h, eps), hnorm=norm(h, eps),
+        eh_proj=nn.Linear(2 * h, h, bias=False),
+        shared_head=nn.ModuleDict(dict(norm=norm(h, eps), head=nn.Linear(h, cfg.vocab_size, bias=False))),
+        embed_tokens=nn.Embedding(cfg.vocab_size, h)))
+
+
+# Checkpoint names of the MTP parts outside the decoder layer.
+MTP_NAMES = {"enorm": "mtp.pre_fc_norm_embedding", "hnorm": "mtp.pre_fc_norm_hidden", "eh_proj": "mtp.fc",
+             "shared_head.norm": "mtp.norm"}
+
+
+def checkpoint_name(name):
+    """The release key of an mtp_modules parameter (None: the main model's)."""
+    if name.startswith("mtp_block."):
+        return "mtp.layers.0." + name.removeprefix("mtp_block.")
+    for part, key in MTP_NAMES.items():
+        if name.startswith(part + "."):
+            return key + name.removeprefix(part)
+    return None
+
+
+def add_mtp(out):
+    """Adds random mtp.* tensors to the saved checkpoint: (1 + w) norms
+    around 0, the decoder layer's experts per expert."""
+    from safetensors.torch import save_file
+
+    import gen_glm
+
+    cfg, path, tensors, dtype, mods, _ = gen_glm.random_mtp(out, mtp_modules, 78, -0.5)
+    for name, t in mods.state_dict().items():
+        key = checkpoint_name(name)
+        if key is None or gen_glm.per_expert(tensors, "mtp.layers.0.", key, t, getattr(cfg, "moe_intermediate_size", 0), dtype):
+            continue
+        tensors[key] = t.to(dtype).contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def post_save(out, options):
+    if options.get("mtp"):
+        add_mtp(out)
+
+
+def load_mtp(model_dir, cfg, main):
+    """mtp_modules with the checkpoint's mtp.* tensors (float32) and the
+    main model's embedding and head."""
+    import os
+
+    from safetensors.torch import load_file
+
+    import gen_glm
+
+    t = {k: v.float() for k, v in load_file(os.path.join(model_dir, "model.safetensors")).items()}
+    mods = mtp_modules(cfg)
+    state = {}
+    for name in mods.state_dict():
+        key = checkpoint_name(name)
+        if key in t:
+            state[name] = t[key]
+    if hasattr(cfg, "num_experts"):
+        state.update({"mtp_block." + k: v for k, v in gen_glm.fused_experts(t, "mtp.layers.0.", cfg.num_experts).items()})
+    state["embed_tokens.weight"] = main.model.embed_tokens.weight.detach()
+    state["shared_head.head.weight"] = main.lm_head.weight.detach()
+    missing, unexpected = mods.load_state_dict(state, strict=False)
+    assert not missing and not unexpected, (missing, unexpected)
+    return mods.eval()
+
+
+def qwen_draft(model_dir, cfg, main):
+    """A fresh draft per sequence (gen_glm.Draft): no zeroing at position 0,
+    the main model's rotary embedding."""
+    import gen_glm
+
+    mods = load_mtp(model_dir, cfg, main)
+    return lambda: gen_glm.Draft(mods, main.model.rotary_emb, zero_first=False)
+
+
+def generate_extras(fixtures, names):
+    import os
+
+    import gen_glm
+
+    for name, (_, _, options) in QWEN35_SPEC.items():
+        if name in names and options.get("mtp"):
+            gen_glm.mtp_reference(os.path.join(fixtures, name), new_draft=qwen_draft)

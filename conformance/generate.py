@@ -161,6 +161,7 @@ def save(model, out, dtype, options):
         rekey(out, options["rekey"], lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32))
     gen_glm.post_save(out, options)
     gen_mistral.post_save(out, options)
+    gen_qwen35.post_save(out, options)
 
 
 def fuse_experts(model_dir):
@@ -461,6 +462,7 @@ def main():
                 continue
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
     gen_glm.generate_extras(FIXTURES, names)
+    gen_qwen35.generate_extras(FIXTURES, names)
     gen_mistral.generate_extras(FIXTURES, names)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))

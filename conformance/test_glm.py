@@ -161,28 +161,28 @@ def run_draft(sess, ref, hidden_prefill, hidden_decode, ctx):
     return np.stack(got)
 
 
-@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions", "materialize"])
-@pytest.mark.parametrize("name", MTP_FIXTURES)
-def test_mtp_draft_matches_reference(name, mode, tmp_path):
-    """--mtp draft (mtp.onnx without --extra-model, which the last mode also
-    names): model.onnx also returns the final-norm
-    hidden states (transformers' last_hidden_state, every valid position)
-    with unchanged logits; mtp.onnx, fed them, gives the reference draft's
-    logits; fed the reference's hidden states too."""
-    fx = tc.Fixture(name)
-    mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
-    layer = int(mtp["mtp_layer"])
-    out = tmp_path / "out"
+def mtp_args(mode):
+    """The export flags of a draft test mode."""
     args = ["--mtp", "draft"]
     if mode == "materialize":
         args += ["--weights", "materialize"]
     if mode == "layerwise-subfunctions":
+        args += ["--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows", "--extra-model", "mtp"]
+    return args
+
+
+def check_draft(fx, out, mode):
+    """The export in out (mtp_args(mode)) against mtp_reference.npz:
+    model.onnx also returns the final-norm hidden states (transformers'
+    last_hidden_state, every valid position) with unchanged logits;
+    mtp.onnx, fed them, gives the reference draft's logits, and fed the
+    reference's hidden states too. Returns the MTP layer index."""
+    mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
+    layer = int(mtp["mtp_layer"])
+    if mode == "layerwise-subfunctions":
         # windows of one layer: the last window's hidden_states output is
         # hidden_states_final beside its hidden_states input, renamed back
         # when stitched (host/window/io.go ExtraOutputName)
-        args += ["--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows", "--extra-model", "mtp"]
-    tc.export(fx.model, out, *args)
-    if mode == "layerwise-subfunctions":
         last = onnx.load(tc.window_files(out)[-1], load_external_data=False)
         assert "hidden_states" in [i.name for i in last.graph.input]
         assert "hidden_states_final" in [o.name for o in last.graph.output]
@@ -197,10 +197,24 @@ def test_mtp_draft_matches_reference(name, mode, tmp_path):
     assert [o.name for o in draft.get_outputs()] == ["logits", f"past_key.{layer}_RetainedState", f"past_value.{layer}_RetainedState"]
     from_ref = tc.max_diff_per_step(run_draft(draft, fx.ref, mtp["hidden_prefill"], mtp["hidden_decode"], ctx), mtp["draft_logits"])
     chained = tc.max_diff_per_step(run_draft(draft, fx.ref, prefill, decode, ctx), mtp["draft_logits"])
-    print(f"{name} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "
-          + ", ".join(f"{d:.2e}" for d in from_ref) + f"; chained after model.onnx {chained.max():.2e}")
+    print(f"{os.path.basename(fx.dir)} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "
+          + ", ".join(f"{d:.2e}" for d in from_ref) + f"; chained after model.onnx {chained.max():.2e}"
+          + f"; logit scale {np.abs(mtp['draft_logits']).max():.2f}")
     assert hidden_diff <= TOLERANCE and from_ref.max() <= TOLERANCE and chained.max() <= TOLERANCE
     assert np.abs(mtp["draft_logits"]).max() > 1  # a logit scale the tolerance means something at
+    return layer
+
+
+@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions", "materialize"])
+@pytest.mark.parametrize("name", MTP_FIXTURES)
+def test_mtp_draft_matches_reference(name, mode, tmp_path):
+    """--mtp draft (mtp.onnx without --extra-model, which the layerwise mode
+    also names): check_draft; no MTP weight in model.onnx; the MTP layer's
+    own embedding and head where the checkpoint has them."""
+    fx = tc.Fixture(name)
+    out = tmp_path / "out"
+    tc.export(fx.model, out, *mtp_args(mode))
+    layer = check_draft(fx, out, mode)
     main = onnx.load(str(out / "model.onnx"), load_external_data=False)
     assert not [i.name for i in main.graph.initializer if i.name.startswith(f"model.layers.{layer}.")]  # no MTP weight
     # the MTP layer's own embedding and head where the checkpoint has them, else the main model's
@@ -211,10 +225,10 @@ def test_mtp_draft_matches_reference(name, mode, tmp_path):
     assert {f"model.layers.{layer}.eh_proj.weight", head, embed} <= own, own
 
 
-def test_mtp_draft_continuous_batching(tmp_path):
+def draft_continuous_batching(fx, tmp_path):
     """mtp.onnx with --continuous-batching: its cache has full_batch_size
-    rows addressed by batch_index; rows prefilled alone, decoded together."""
-    fx = tc.Fixture(MTP_FIXTURE)
+    rows addressed by batch_index; rows prefilled alone into slots 2 and 0,
+    decoded together. The max |Δlogits| per step against the reference."""
     mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
     out = tmp_path / "out"
     tc.export(fx.model, out, "--mtp", "draft", "--extra-model", "mtp", "--continuous-batching")
@@ -238,7 +252,11 @@ def test_mtp_draft_continuous_batching(tmp_path):
     for s in range(tokens.shape[1] - 1):
         got[s + 1] = step(tokens[:, s + 1:s + 2], (lengths + s)[:, None].astype(np.int64), mtp["hidden_decode"][s][:, None],
                           [[slot] for slot in slots])
-    diff = tc.max_diff_per_step(np.stack(got), mtp["draft_logits"])
+    return tc.max_diff_per_step(np.stack(got), mtp["draft_logits"])
+
+
+def test_mtp_draft_continuous_batching(tmp_path):
+    diff = draft_continuous_batching(tc.Fixture(MTP_FIXTURE), tmp_path)
     assert diff.max() <= TOLERANCE, diff
 
 

@@ -224,7 +224,11 @@ func (r inspectReport) print(w io.Writer) {
 	}
 	r.Config.print(row)
 	if r.MTP != nil {
-		row("mtp", fmt.Sprintf("%s, layers %v, %s", r.MTP.Convention, r.MTP.Layers, plural(len(r.MTP.Keys), "tensor")))
+		where := r.MTP.Convention
+		if len(r.MTP.Layers) > 0 { // indexed mtp.* keys have none
+			where += fmt.Sprintf(", layers %v", r.MTP.Layers)
+		}
+		row("mtp", where+", "+plural(len(r.MTP.Keys), "tensor"))
 	}
 	if qr := r.Quantization; qr != nil {
 		row("quantization", fmt.Sprintf("%s: %s; %s dequantised in the graph, %s not counted as parameters", qr.Method, qr.Format,

@@ -398,7 +398,11 @@ func mtpLeftOut(m *pb.MTPLayout, spec *weights.Spec) string {
 			}
 		}
 	}
-	return fmt.Sprintf("the checkpoint's MTP weights (%s, layers %v, %d tensors) are left out of this export", m.GetConvention(), m.GetLayers(), len(m.GetKeys()))
+	where := m.GetConvention()
+	if len(m.GetLayers()) > 0 {
+		where += fmt.Sprintf(", layers %v", m.GetLayers())
+	}
+	return fmt.Sprintf("the checkpoint's MTP weights (%s, %d tensors) are left out of this export", where, len(m.GetKeys()))
 }
 
 // Model is the plugin's view of ckpt: every tensor's key, dtype and shape,

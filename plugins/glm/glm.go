@@ -12,11 +12,10 @@ import (
 const (
 	kindMoE   = "moe"
 	kindDense = "dense"
-	optMTP    = "mtp"
-	mtpSkip   = "skip"
-	mtpDraft  = "draft"
-	// modelMTP is the separate draft model (mtp.onnx).
-	modelMTP = "mtp"
+	optMTP    = decoder.MTPOptionName
+	mtpSkip   = decoder.MTPSkip
+	mtpDraft  = decoder.MTPDraft
+	modelMTP  = decoder.ModelMTP
 )
 
 // plugin is GLM-4.x MoE: the common decoder with q/k/v biases, optional
@@ -29,8 +28,7 @@ var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []deco
 		MtpConventions: []string{mtpInlined, mtpIndexed, mtpSeparateFile}, Models: []string{modelMTP}},
 	Options: []*pb.PluginOption{
 		decoder.MoEStrategyOption(),
-		{Name: optMTP, DefaultValue: mtpSkip, AllowedValues: []string{mtpSkip, mtpDraft},
-			Help: "skip: MTP weights stay out of the graphs; draft: also write the MTP layer as the draft model mtp.onnx, and model.onnx also outputs the hidden_states it reads"},
+		decoder.MTPOption(),
 	},
 	// Glm4MoeConfig's: partial rotary (it sets 0.5 when config.json has
 	// none, top-level or in rope_parameters), 8 KV heads, rms_norm_eps 1e-5.

@@ -245,26 +245,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 			if got := parts[3][2]["mlp.shared_experts.up_proj.weight"]; !slices.Equal(got, []string{layerKey(2, "mlp.shared_experts.up_proj.weight")}) {
 				t.Errorf("shared experts read %v", got)
 			}
-			resp, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: m, Options: opts, Part: sdk.PartModel, ModelName: modelMTP})
-			if err != nil {
-				t.Fatal(err)
-			}
-			inv := sdk.NewInventory(m)
-			bound := map[string][]string{}
-			for _, b := range resp.GetWeights()[0].GetBindings() {
-				bound[b.GetInput()] = plugintest.BindingKeys(b)
-				for _, k := range bound[b.GetInput()] {
-					if !inv.Has(k) {
-						t.Errorf("draft binds %s, not in the checkpoint", k)
-					}
-				}
-			}
-			graphInputs := []string{sdk.InputIDs, sdk.PositionIDs, sdk.HiddenStates, "past_key.3", "past_value.3"}
-			for _, in := range resp.GetFunction().GetInput() {
-				if !slices.Contains(graphInputs, in) && bound[in] == nil {
-					t.Errorf("draft input %s is neither a graph input nor bound", in)
-				}
-			}
+			bound := plugintest.DraftBound(t, plugin, m, opts, modelMTP, sdk.InputIDs, sdk.PositionIDs, sdk.HiddenStates, "past_key.3", "past_value.3")
 			wantHead, wantEmbed := "lm_head.weight", "model.embed_tokens.weight"
 			if own {
 				wantHead, wantEmbed = layerKey(3, "shared_head.head.weight"), layerKey(3, "embed_tokens.weight")

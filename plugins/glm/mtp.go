@@ -6,10 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/strata-llm/strata/sdk"
-	"github.com/strata-llm/strata/sdk/blocks"
 	"github.com/strata-llm/strata/sdk/decoder"
-	"github.com/strata-llm/strata/sdk/fn"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/weight"
 )
@@ -160,195 +157,37 @@ func layerList(ls []int32) string {
 // main model also return its final hidden states and declares mtp.onnx.
 func (info mtpInfo) declare(m *decoder.Model, c config) error {
 	m.MTP = info.layout
-	if !info.draft && info.layout.GetConvention() == mtpInlined {
-		d := &draft{m: m, layer: info.layout.GetLayers()[0]}
-		m.AddModel(d.spec(), func(*fn.Func) (*pb.BuildResponse, error) {
-			return nil, fmt.Errorf("mtp.onnx needs --mtp draft (plugin option mtp=draft), which also makes model.onnx output the hidden_states the draft reads")
-		})
-	}
-	if !info.draft {
+	if len(info.layout.GetLayers()) == 0 { // none, or indexed mtp.* keys (refused with draft by detectMTP)
 		return nil
 	}
 	layer := info.layout.GetLayers()[0]
-	if len(info.layout.GetLayers()) > 1 {
+	if info.draft && len(info.layout.GetLayers()) > 1 {
 		m.Note("mtp.onnx is the first MTP layer (%d) of %d", layer, len(info.layout.GetLayers()))
 	}
-	d := &draft{m: m, layer: layer, kind: c.kind(int(layer))}
-	if err := d.check(); err != nil {
-		return err
-	}
-	m.OutputHidden = true
-	spec := d.spec()
-	spec.ByDefault = true // --mtp draft asks for mtp.onnx
-	m.AddModel(spec, d.build)
-	return nil
+	return newDraft(m, layer, c.kind(int(layer))).Declare(info.draft)
 }
 
-// draft is the MTP layer as a speculative-decoding draft, wired as vLLM's
-// Glm4MoeMultiTokenPredictorLayer runs it:
-//
-//	e = embed(input_ids), zeroed where position_ids == 0
-//	x = eh_proj(concat[enorm(e), hnorm(hidden_states)])
-//	y = decoder layer N (its own KV cache past_key.N / past_value.N)
-//	logits = shared_head.head(shared_head.norm(y)) at the last valid token
-//
-// input_ids are the tokens one step ahead of hidden_states (the main
-// model's final-norm output). embed_tokens and shared_head.head are the MTP
-// layer's own when the checkpoint has them, else the main model's.
-type draft struct {
-	m     *decoder.Model
-	layer int32
-	kind  string
-}
-
-func (d *draft) key(name string) string { return d.m.LayerKey(d.layer, name) }
-
-func (d *draft) embedWeight() weight.Expr {
-	m := d.m
-	key := m.Key("embed_tokens.weight")
-	if m.Inventory.Has(d.key("embed_tokens.weight")) {
-		key = d.key("embed_tokens.weight")
+// newDraft is the MTP layer as vLLM's Glm4MoeMultiTokenPredictorLayer runs
+// it (decoder.Draft): embedding zeroed at position 0, enorm, hnorm,
+// eh_proj, the decoder layer, shared_head.norm, shared_head.head.
+// embed_tokens and shared_head.head are the MTP layer's own when the
+// checkpoint has them, else the main model's.
+func newDraft(m *decoder.Model, layer int32, kind string) *decoder.Draft {
+	h := int64(m.Hidden)
+	key := func(name string) string { return m.LayerKey(layer, name) }
+	own := func(name string, shape ...int64) decoder.NamedWeight {
+		return decoder.NamedWeight{Input: name, Expr: weight.Tensor(key(name), shape...)}
 	}
-	return weight.Tensor(key, int64(m.Vocab), int64(m.Hidden))
-}
-
-func (d *draft) headWeight() weight.Expr {
-	m := d.m
-	key := "lm_head.weight"
-	switch {
-	case m.Inventory.Has(d.key("shared_head.head.weight")):
-		key = d.key("shared_head.head.weight")
-	case m.Tied:
-		key = m.Key("embed_tokens.weight")
-	case m.HeadKey != "":
-		key = m.HeadKey
+	embed, head := m.EmbedWeight(), m.HeadWeight()
+	if m.Inventory.Has(key("embed_tokens.weight")) {
+		embed = weight.Tensor(key("embed_tokens.weight"), int64(m.Vocab), h)
 	}
-	return weight.Tensor(key, int64(m.Vocab), int64(m.Hidden))
-}
-
-// own are the draft's weights outside the decoder layer.
-func (d *draft) own() []decoder.NamedWeight {
-	h := int64(d.m.Hidden)
-	return []decoder.NamedWeight{
-		{Input: "embed_tokens.weight", Expr: d.embedWeight()},
-		{Input: "enorm.weight", Expr: weight.Tensor(d.key("enorm.weight"), h)},
-		{Input: "hnorm.weight", Expr: weight.Tensor(d.key("hnorm.weight"), h)},
-		{Input: "eh_proj.weight", Expr: weight.Tensor(d.key("eh_proj.weight"), h, 2*h)},
-		{Input: "shared_head.norm.weight", Expr: weight.Tensor(d.key("shared_head.norm.weight"), h)},
-		{Input: "shared_head.head.weight", Expr: d.headWeight()},
+	if m.Inventory.Has(key("shared_head.head.weight")) {
+		head = weight.Tensor(key("shared_head.head.weight"), int64(m.Vocab), h)
 	}
-}
-
-// check: every tensor the draft binds is present with its shape.
-func (d *draft) check() error {
-	_, ws, err := d.m.KindFunction("strata.check", fn.Float32, d.kind, d.layer)
-	if err != nil {
-		return fmt.Errorf("MTP layer %d: %w", d.layer, err)
-	}
-	var want []sdk.ExpectedTensor
-	for _, w := range append(d.own(), ws...) {
-		want = append(want, w.Expr.Leaves()...)
-	}
-	if err := d.m.Inventory.ExpectAll(want); err != nil {
-		return fmt.Errorf("--mtp draft: MTP layer %d: %w", d.layer, err)
-	}
-	return nil
-}
-
-func (d *draft) cacheName(base string) string { return fmt.Sprintf("%s.%d", base, d.layer) }
-
-func (d *draft) spec() *pb.ModelSpec {
-	m := d.m
-	tokens := []*pb.Dim{decoder.DimParam("batch_size"), decoder.DimParam("seq_len")}
-	caches := decoder.KVCaches(m.Export, m.KVHeads, m.HeadDim)
-	s := &pb.ModelSpec{Name: modelMTP,
-		Help: "the MTP layer as a speculative-decoding draft: input_ids one step ahead of hidden_states (model.onnx's final-norm output)",
-		Inputs: []*pb.IOSpec{{Name: sdk.InputIDs, Dtype: "int64", Shape: tokens}, {Name: sdk.PositionIDs, Dtype: "int64", Shape: tokens},
-			{Name: sdk.HiddenStates, Dtype: "compute", Shape: append(slices.Clone(tokens), decoder.DimSize(m.Hidden))}},
-		Outputs: []*pb.IOSpec{{Name: sdk.Logits, Dtype: "float32",
-			Shape: []*pb.Dim{decoder.DimParam("batch_size"), decoder.DimSize(1), decoder.DimSize(m.Vocab)}}},
-	}
-	if m.Export.GetContinuousBatching() {
-		s.Inputs = append(s.Inputs, &pb.IOSpec{Name: sdk.BatchIndex, Dtype: "int64", Shape: []*pb.Dim{decoder.DimParam("batch_size"), decoder.DimSize(1)}})
-	}
-	for _, c := range caches {
-		s.Inputs = append(s.Inputs, &pb.IOSpec{Name: d.cacheName(c.GetName()), Dtype: "compute", Shape: c.GetShape()})
-		s.Outputs = append(s.Outputs, &pb.IOSpec{Name: d.cacheName(c.GetName()) + sdk.RetainedSuffix, Dtype: "compute", Shape: c.GetShape()})
-	}
-	if m.Export.GetCcl() {
-		s.Inputs = append(s.Inputs, &pb.IOSpec{Name: sdk.CompCtxLengths, Dtype: "int64", Shape: []*pb.Dim{decoder.DimParam("comp_ctx_lengths")}})
-	}
-	return s
-}
-
-func (d *draft) build(f *fn.Func) (*pb.BuildResponse, error) {
-	m := d.m
-	proto := f.Proto()
-	layerFn, layerWeights, err := m.KindFunction(proto.GetDomain(), f.DType(), d.kind, d.layer)
-	if err != nil {
-		return nil, err
-	}
-	ids, pos, hidden := f.Input(sdk.InputIDs), f.Input(sdk.PositionIDs), f.Input(sdk.HiddenStates)
-	var batchIndex, ccl fn.Value
-	if m.Export.GetContinuousBatching() {
-		batchIndex = f.Input(sdk.BatchIndex)
-	}
-	pastKey, pastValue := f.Input(d.cacheName(decoder.PastKey)), f.Input(d.cacheName(decoder.PastValue))
-	if m.Export.GetCcl() {
-		ccl = f.Input(sdk.CompCtxLengths)
-	}
-	w := map[string]fn.Value{}
-	for _, nw := range d.own() {
-		w[nw.Input] = f.Input(nw.Input)
-	}
-
-	emb := blocks.Embedding(f, w["embed_tokens.weight"], ids)
-	first := f.Unsqueeze(f.Op("Equal", []fn.Value{pos, f.Int(0)}), -1) // [B,S,1]
-	emb = f.Where(first, f.ScalarOf(f.DType(), 0), emb)
-	e := blocks.RMSNorm(f.Scope("enorm"), emb, w["enorm.weight"], m.Eps)
-	h := blocks.RMSNorm(f.Scope("hnorm"), hidden, w["hnorm.weight"], m.Eps)
-	x := blocks.Linear{Weight: w["eh_proj.weight"]}.Apply(f.Scope("eh_proj"), f.Concat(-1, e, h))
-
-	ctx := f.Scope("context")
-	cos, sin := m.RoPE.Tables(ctx.Scope("rope"), pos)
-	slots := blocks.CacheSlots(ctx.Scope("cache"), pastKey, ccl)
-	indices, invalid := blocks.CacheReadIndices(ctx.Scope("cache"), pos, slots)
-	mask := blocks.CausalMask(ctx.Scope("mask"), pos, slots)
-	standard := map[string]fn.Value{sdk.HiddenStates: x, sdk.PositionIDs: pos, sdk.BatchIndex: batchIndex,
-		decoder.PastKey: pastKey, decoder.PastValue: pastValue, decoder.CtxCos: cos, decoder.CtxSin: sin, decoder.CtxMask: mask,
-		decoder.CtxReadIndices: indices, decoder.CtxReadInvalid: invalid}
-	bound := map[string]bool{}
-	for _, nw := range layerWeights {
-		bound[nw.Input] = true
-	}
-	lp := layerFn.Proto()
-	var args []fn.Value
-	for _, in := range lp.GetInput() {
-		switch v, ok := standard[in]; {
-		case ok && v != "":
-			args = append(args, v)
-		case bound[in]:
-			args = append(args, f.Input(in))
-		default:
-			return nil, fmt.Errorf("MTP layer %d: the layer function's input %q is neither a standard input nor a weight", d.layer, in)
-		}
-	}
-	f.Use(lp)
-	for _, dep := range layerFn.Dependencies() {
-		f.Use(dep)
-	}
-	outs := f.Scope("mtp_block").OpN(lp.GetName(), lp.GetDomain(), 1+len(lp.GetOutput()[1:]), args)
-
-	last := blocks.LastValidToken(f, outs[0], pos)
-	normed := blocks.RMSNorm(f.Scope("shared_head/norm"), last, w["shared_head.norm.weight"], m.Eps)
-	logits := blocks.Linear{Weight: w["shared_head.head.weight"]}.Apply(f.Scope("shared_head/head"), normed)
-	f.Output(sdk.Logits, f.CastTo(logits, f.DType(), fn.Float32))
-	f.Output(d.cacheName(decoder.PastKey)+sdk.RetainedSuffix, outs[1])
-	f.Output(d.cacheName(decoder.PastValue)+sdk.RetainedSuffix, outs[2])
-
-	lw := &pb.LayerWeights{Layer: sdk.NonLayer}
-	for _, nw := range append(d.own(), layerWeights...) {
-		lw.Bindings = append(lw.Bindings, weight.Bind(nw.Input, nw.Expr))
-	}
-	return decoder.Response(f, lw), nil
+	return &decoder.Draft{Model: m, Layer: layer, Kind: kind, ZeroFirst: true,
+		Embed:     decoder.NamedWeight{Input: "embed_tokens.weight", Expr: embed},
+		EmbedNorm: own("enorm.weight", h), HiddenNorm: own("hnorm.weight", h), Proj: own("eh_proj.weight", h, 2*h),
+		FinalNorm: own("shared_head.norm.weight", h),
+		Head:      decoder.NamedWeight{Input: "shared_head.head.weight", Expr: head}}
 }

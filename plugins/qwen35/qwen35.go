@@ -10,9 +10,7 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
@@ -34,8 +32,8 @@ type family struct {
 
 func arch(modelType, hfArch, name string, fam family, multimodal bool) decoder.Architecture {
 	a := decoder.Architecture{ModelType: modelType, HFArchitectures: []string{hfArch}, Name: name,
-		Capabilities: &pb.Capabilities{Layerwise: true, MtpConventions: []string{mtpIndexed}},
-		Options:      []*pb.PluginOption{maxSeqOption()},
+		Capabilities: &pb.Capabilities{Layerwise: true, MtpConventions: []string{mtpIndexed}, Models: []string{decoder.ModelMTP}},
+		Options:      []*pb.PluginOption{maxSeqOption(), decoder.MTPOption()},
 		Load:         func(m *decoder.Model) error { return load(m, name, fam, multimodal) }}
 	if fam.mlp != "dense" {
 		a.Capabilities.ExpertLayouts = []string{"per-expert", "fused"}
@@ -94,23 +92,34 @@ func load(m *decoder.Model, name string, fam family, multimodal bool) error {
 		declared[kind] = true
 		declareKind(m, kind, name+kindFunction[types[i]]+kindFunction[mlps.kind(i)]+"DecoderLayer", types[i], mlps.kind(i), bias, linear, mlps)
 	}
-	return withVision(m)
+	if err := withVision(m); err != nil {
+		return err
+	}
+	return declareMTP(m, name, mlps, fullBody(bias, mlps))
 }
 
 // declareKind declares the kind of layers of one layer type and MLP kind.
 func declareKind(m *decoder.Model, name, fn, typ, mlp string, bias bool, linear *linearAttention, mlps mlps) {
-	norms := [2]decoder.Norms{{Pre: "input_layernorm"}, {Pre: "post_attention_layernorm"}}
 	if typ == linearType {
 		k := m.Kind(name, fn, func(l *decoder.Layer) error {
-			return l.MixerResidual(linear.mixer(), norms[0], mlps.block(mlp), norms[1])
+			return l.MixerResidual(linear.mixer(), layerNorms[0], mlps.block(mlp), layerNorms[1])
 		})
 		k.Caches = linear.caches
 		return
 	}
-	m.Kind(name, fn, func(l *decoder.Layer) error {
-		attn := &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true, OutputGate: true}
-		return l.MixerResidual(attn, norms[0], mlps.block(mlp), norms[1])
-	})
+	m.Kind(name, fn, fullBody(bias, mlps)(mlp))
+}
+
+var layerNorms = [2]decoder.Norms{{Pre: "input_layernorm"}, {Pre: "post_attention_layernorm"}}
+
+// fullBody is the body of a gated full-attention layer with an MLP kind.
+func fullBody(bias bool, mlps mlps) func(mlp string) func(*decoder.Layer) error {
+	return func(mlp string) func(*decoder.Layer) error {
+		return func(l *decoder.Layer) error {
+			attn := &decoder.Attention{QKVBias: bias, OBias: bias, QKNorm: true, OutputGate: true}
+			return l.MixerResidual(attn, layerNorms[0], mlps.block(mlp), layerNorms[1])
+		}
+	}
 }
 
 var kindFunction = map[string]string{linearType: "GatedDeltaNet", fullType: "Attention", mlpMoE: "Moe", mlpDense: ""}
@@ -185,39 +194,8 @@ func refuse(m *decoder.Model, multimodal bool) error {
 		m.Tied = tied
 		addVision(m)
 	}
-	mtpLayout(m)
-	return m.Err
+	return mtpLayout(m)
 }
-
-// mtpLayout reports the multi-token-prediction weights, top-level mtp.*
-// keys in every release (an "indexed" layout: strata inspect shows it,
-// strata convert keeps it whole), which the export leaves out. Their count
-// is mtp_num_hidden_layers (Qwen3.5) or num_nextn_predict_layers.
-func mtpLayout(m *decoder.Model) {
-	var keys []string
-	for k := range m.Inventory {
-		if strings.HasPrefix(k, "mtp.") {
-			keys = append(keys, k)
-		}
-	}
-	field := "mtp_num_hidden_layers"
-	if !m.Config.Has(field) {
-		field = "num_nextn_predict_layers"
-	}
-	n := m.IntOr(field, 0)
-	if len(keys) == 0 {
-		if n > 0 {
-			m.Note("config.json declares %d MTP layer(s) (%s), but the checkpoint holds no mtp.* tensor", n, field)
-		}
-		return
-	}
-	slices.Sort(keys)
-	m.MTP = &pb.MTPLayout{Convention: mtpIndexed, Keys: keys}
-	m.Note("the MTP weights (%d mtp.* tensors; %s %d) are left out of the export; an MTP draft model is not implemented for this plugin", len(keys), field, n)
-}
-
-// mtpIndexed is the MTP convention of top-level mtp.* keys.
-const mtpIndexed = "indexed"
 
 // partialRotary applies transformers' default partial_rotary_factor of
 // these models, 0.25, when config.json gives none.

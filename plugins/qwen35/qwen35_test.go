@@ -170,7 +170,7 @@ func TestMTPLayout(t *testing.T) {
 	if err != nil || !check.GetSupported() {
 		t.Fatalf("check: %v %v", err, check.GetReasons())
 	}
-	if got := strings.Join(check.GetReasons(), ";"); !strings.Contains(got, "MTP weights (2 mtp.* tensors; mtp_num_hidden_layers 1) are left out") {
+	if got := strings.Join(check.GetReasons(), ";"); !strings.Contains(got, "MTP weights (2 mtp.* tensors; mtp_num_hidden_layers 1) are left out of the export (--mtp draft") {
 		t.Errorf("notes %q", got)
 	}
 	plan, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model})

@@ -122,3 +122,17 @@ func TestVisionRefusesDeepStack(t *testing.T) {
 		t.Errorf("--vision true: %v", err)
 	}
 }
+
+// The MTP draft with vision inputs is refused by name: its positions would
+// be the image's MRoPE rows, which the draft does not take.
+func TestVisionWithDraftRefused(t *testing.T) {
+	model := withMTP(multimodal(t, nil), 3, 0)
+	opts := &pb.ExportOptions{PluginOptions: map[string]string{decoder.VisionOptionName: "true", decoder.MTPOptionName: decoder.MTPDraft}}
+	_, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model, Options: opts})
+	if err == nil || !strings.Contains(err.Error(), "--mtp draft with --vision true is not implemented") {
+		t.Fatalf("plan with --vision true --mtp draft: %v, want the combination refused", err)
+	}
+	if _, err := plugin.Plan(context.Background(), &pb.PlanRequest{Model: model, Options: visionOn}); err != nil {
+		t.Fatalf("plan with --vision true alone: %v", err)
+	}
+}

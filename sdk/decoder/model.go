@@ -79,6 +79,8 @@ type Model struct {
 	models        []*pb.ModelSpec
 	modelBuilders map[string]func(*fn.Func) (*pb.BuildResponse, error)
 	notes         []string
+	storedAt      map[int32]string // StoreLayer
+	sideKinds     []*Kind          // SideKind
 }
 
 // Kind is a kind of decoder layer: one ONNX function, one body.
@@ -117,6 +119,21 @@ func (m *Model) Kind(name, function string, body func(l *Layer) error) *Kind {
 	k := &Kind{Name: name, Function: function, Body: body}
 	m.kinds = append(m.kinds, k)
 	return k
+}
+
+// SideKind declares a kind no decoder layer has: the layer of a separate
+// model (an MTP draft's) that KindFunction finds by name. It is not in the
+// plan.
+func (m *Model) SideKind(name, function string, body func(l *Layer) error) *Kind {
+	k := &Kind{Name: name, Function: function, Body: body}
+	m.sideKinds = append(m.sideKinds, k)
+	return k
+}
+
+// HasKind reports whether a kind (decoder or side) of that name is declared.
+func (m *Model) HasKind(name string) bool {
+	_, ok := m.kind(name)
+	return ok
 }
 
 // AddContext adds a value the context part computes once for all layers.
@@ -197,6 +214,9 @@ func (m *Model) Key(name string) string { return m.Prefix + name }
 // LayerKey is the checkpoint key of decoder layer i's tensor name.
 // (Concatenated, not Sprintf'd: GLM-4.6's Check builds 44,689 of them.)
 func (m *Model) LayerKey(i int32, name string) string {
+	if p, ok := m.storedAt[i]; ok {
+		return p + name
+	}
 	return m.Prefix + "layers." + strconv.Itoa(int(i)) + "." + name
 }
 
@@ -209,9 +229,11 @@ func (m *Model) kindOf(i int) *Kind {
 }
 
 func (m *Model) kind(name string) (*Kind, bool) {
-	for _, k := range m.kinds {
-		if k.Name == name {
-			return k, true
+	for _, ks := range [2][]*Kind{m.kinds, m.sideKinds} {
+		for _, k := range ks {
+			if k.Name == name {
+				return k, true
+			}
 		}
 	}
 	return nil, false
@@ -223,6 +245,15 @@ func (m *Model) kindNames() string {
 		names = append(names, k.Name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// HeadWeight is the main model's head: the embedding when tied, else
+// HeadKey (lm_head.weight when empty).
+func (m *Model) HeadWeight() weight.Expr { return m.headWeight() }
+
+// EmbedWeight is the main model's embedding table.
+func (m *Model) EmbedWeight() weight.Expr {
+	return weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden))
 }
 
 func (m *Model) headWeight() weight.Expr {

@@ -417,3 +417,31 @@ func (l labelled) Fatalf(format string, args ...any) {
 	l.TB.Helper()
 	l.TB.Fatalf("%s%s", l.label, fmt.Sprintf(format, args...))
 }
+
+// DraftBound builds the separate model name (an MTP draft, part "model")
+// and requires every binding to read tensors the checkpoint holds and every
+// formal input to be one of graphInputs or bound. It returns the keys each
+// input reads.
+func DraftBound(t testing.TB, arch sdk.Architecture, model *pb.Model, opts *pb.ExportOptions, name string, graphInputs ...string) map[string][]string {
+	t.Helper()
+	resp, err := arch.Build(context.Background(), &pb.BuildRequest{Model: model, Options: opts, Part: sdk.PartModel, ModelName: name})
+	if err != nil {
+		t.Fatalf("build %s: %v", name, err)
+	}
+	inv := sdk.NewInventory(model)
+	bound := map[string][]string{}
+	for _, b := range resp.GetWeights()[0].GetBindings() {
+		bound[b.GetInput()] = BindingKeys(b)
+		for _, k := range bound[b.GetInput()] {
+			if !inv.Has(k) {
+				t.Errorf("%s binds %s, not in the checkpoint", name, k)
+			}
+		}
+	}
+	for _, in := range resp.GetFunction().GetInput() {
+		if !slices.Contains(graphInputs, in) && bound[in] == nil {
+			t.Errorf("%s input %s is neither a graph input nor bound", name, in)
+		}
+	}
+	return bound
+}
