@@ -419,11 +419,26 @@ func hasTensor(c *checkpoint.Checkpoint, key string) bool { _, ok := c.Tensor(ke
 
 func (r *resolver) has(key string) bool { return hasTensor(r.ckpt, key) }
 
-// routedExpert matches a routed expert's module: ...experts.<e>.<proj>
-// (shared experts are shared_experts.<proj>, Linear modules in transformers).
-var routedExpert = regexp.MustCompile(`(^|\.)experts\.[0-9]+\.[^.]+$`)
-
-func isRoutedExpert(module string) bool { return routedExpert.MatchString(module) }
+// isRoutedExpert matches a routed expert's module, ...experts.<e>.<proj>
+// (shared experts are shared_experts.<proj>, Linear modules in
+// transformers). By hand: a regular expression per module was 30 ms of
+// GLM-4.6-FP8's 44,000.
+func isRoutedExpert(module string) bool {
+	dot := strings.LastIndexByte(module, '.')
+	if dot < 0 || dot == len(module)-1 {
+		return false
+	}
+	rest := module[:dot] // ...experts.<e>
+	dot = strings.LastIndexByte(rest, '.')
+	if dot < 0 {
+		return false
+	}
+	number, parent := rest[dot+1:], rest[:dot+1]
+	if number == "" || strings.Trim(number, "0123456789") != "" {
+		return false
+	}
+	return parent == "experts." || strings.HasSuffix(parent, ".experts.")
+}
 
 // unpackedColumns is a packed weight's input width: the scale's groups for
 // group strategy (exact, as compressed-tensors derives it), else every value

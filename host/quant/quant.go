@@ -99,14 +99,20 @@ type View struct {
 	weights      map[string]weightRef
 	dequantizers []dequantizer
 	activations  []string // activation schemes by index; 0 is none
+	shapes       [][]int64
 	ckpt         *checkpoint.Checkpoint
 	lookup       transform.Lookup  // types the stored tensors
 	hidden       map[string]string // stored key -> why it is not a weight (activation, KV scales)
 }
 
-// weightRef is a quantised weight's dequantizer and activation scheme.
+// weightRef is a quantised weight's dequantizer and activation scheme, its
+// logical shape (an index into View.shapes: every expert shares one) and
+// whether its values are stored packed (<module>.weight_packed, else under
+// its own key): a Weight without building its expression.
 type weightRef struct {
 	how, activation uint16
+	shape           uint32
+	packed          bool
 }
 
 // Has reports whether key is a quantised weight's logical key.
@@ -152,11 +158,12 @@ func (v *View) Weight(key string) (*Weight, bool) {
 	if !ok {
 		return nil, false
 	}
-	how := v.dequantizers[ref.how]
-	e := how.expr(v.ckpt, key)
-	_ = e.Infer(v.lookup) // checked when the weight was found
-	return &Weight{Key: key, Shape: e.Type.Shape, Values: e.Keys()[0], Activation: v.activations[ref.activation],
-		how: how, ckpt: v.ckpt}, true
+	values := key
+	if ref.packed {
+		values = strings.TrimSuffix(key, ".weight") + packedSuffix
+	}
+	return &Weight{Key: key, Shape: v.shapes[ref.shape], Values: values, Activation: v.activations[ref.activation],
+		how: v.dequantizers[ref.how], ckpt: v.ckpt}, true
 }
 
 // Weights lists the quantised weights by logical key.
@@ -299,7 +306,7 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 		return nil, err
 	}
 	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly, how: map[dequantizer]uint16{},
-		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, hidden: map[string]string{}}, parts: map[string]bool{}}
+		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, hidden: map[string]string{}}, parts: map[string]bool{}, shapes: map[shapeID]uint32{}}
 	r.view.lookup = r.lookup
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
@@ -368,6 +375,14 @@ type resolver struct {
 	// (true: its values), beside their logical keys: what View.partOf's
 	// naming rule must find (strays).
 	parts map[string]bool
+	shapes map[shapeID]uint32 // index of each in view.shapes
+}
+
+// shapeID keys a shape: its dims, or past four its printed form.
+type shapeID struct {
+	rank int
+	dims [4]int64
+	long string
 }
 
 // unsupportedActivations refuses what strata cannot compute of activation
@@ -410,6 +425,21 @@ func (r *resolver) stored(key string) string {
 	return key
 }
 
+// shape is the index of shape in view.shapes, added when new.
+func (r *resolver) shape(shape []int64) uint32 {
+	id := shapeID{rank: len(shape)}
+	if copy(id.dims[:], shape) < len(shape) {
+		id.long = fmt.Sprint(shape)
+	}
+	i, ok := r.shapes[id]
+	if !ok {
+		i = uint32(len(r.view.shapes))
+		r.shapes[id] = i
+		r.view.shapes = append(r.view.shapes, slices.Clone(shape))
+	}
+	return i
+}
+
 // add records a quantised weight: its logical key, with its dequantizer
 // and activation scheme. The expression over its stored parts is built
 // and checked against their types now, and built again when asked.
@@ -429,8 +459,12 @@ func (r *resolver) add(key string, how dequantizer, activation string) error {
 		a = len(r.view.activations)
 		r.view.activations = append(r.view.activations, activation)
 	}
-	r.view.weights[r.stored(key)] = weightRef{how: i, activation: uint16(a)}
 	parts := e.Keys()
+	packed := parts[0] != key
+	if packed && parts[0] != strings.TrimSuffix(key, ".weight")+packedSuffix {
+		return fmt.Errorf("quantised weight %s: its values are stored as %s, which strata does not name: please report this checkpoint's layout", key, parts[0])
+	}
+	r.view.weights[r.stored(key)] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
 	if x, ok := how.(extraParts); ok {
 		parts = append(parts, x.extraParts(r.ckpt, key)...)
 	}
