@@ -374,7 +374,7 @@ type resolver struct {
 	// parts are the stored tensors each weight's dequantisation reads
 	// (true: its values), beside their logical keys: what View.partOf's
 	// naming rule must find (strays).
-	parts map[string]bool
+	parts  map[string]bool
 	shapes map[shapeID]uint32 // index of each in view.shapes
 }
 
