@@ -223,6 +223,9 @@ func maxSeqOption() *pb.PluginOption {
 	for n := 16; n <= 8192; n *= 2 {
 		allowed = append(allowed, strconv.Itoa(n))
 	}
-	return &pb.PluginOption{Name: optMaxSeq, DefaultValue: "256", AllowedValues: allowed,
+	// 4096 by default: a long prompt in one call must not be NaN for want
+	// of an option; the squarings it adds are exact (powers past seq_len are
+	// structural zeros) and cost only time.
+	return &pb.PluginOption{Name: optMaxSeq, DefaultValue: "4096", AllowedValues: allowed,
 		Help: "the longest seq_len of a call (prefill chunk) the linear attention's parallel form is exact for; longer calls give NaN logits. Its cost grows with log2 of it"}
 }
