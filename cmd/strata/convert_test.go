@@ -113,7 +113,7 @@ func TestConvertCommandErrors(t *testing.T) {
 	}{
 		{[]string{"--layers", "3-1"}, 2, "give FIRST-LAST"},
 		{[]string{"--layers", "0-7"}, 1, "outside the model"},
-		{[]string{"--dtype", "int4"}, 1, "use bfloat16, float16 or float32"},
+		{[]string{"--dtype", "int4"}, 2, "use bfloat16, float16 or float32"},
 		{[]string{"--finalize"}, 1, "missing layers 0-1"},
 	}
 	for _, tc := range cases {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/internal/suggest"
+	invocation "github.com/strata-llm/strata/internal/usage"
 	"github.com/strata-llm/strata/sdk"
 )
 
@@ -76,8 +77,9 @@ Environment variables choose where things are found, never what an export produc
 // isUsageError reports whether err is a mistake in how strata was called:
 // ours, or urfave/cli's for a missing required flag.
 func isUsageError(err error) bool {
-	var usage usageError
-	if errors.As(err, &usage) {
+	var cliUsage usageError
+	var hostUsage invocation.Error
+	if errors.As(err, &cliUsage) || errors.As(err, &hostUsage) {
 		return true
 	}
 	msg := err.Error()

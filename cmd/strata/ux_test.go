@@ -94,3 +94,24 @@ func TestConvertJSON(t *testing.T) {
 		}
 	}
 }
+
+// Every invalid option value is a usage error (exit 2), whichever package
+// finds it, and the message names the flag; nothing is written.
+func TestInvalidValuesExitTwo(t *testing.T) {
+	t.Parallel()
+	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
+	for _, args := range [][]string{
+		{"export", "--dtype", "fp16"}, {"export", "--link", "hard"}, {"export", "--weights", "lazy"},
+		{"export", "--weight-spec", "onnx"}, {"export", "--weight-spec", "qaic"}, {"export", "-j", "-1"},
+		{"convert", "--quantize", "fp8"}, {"convert", "--dtype", "fp16"}, {"convert", "--layers", "3-1"},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		code, _, stderr := strata(t, append([]string{args[0], fixture, "--out", out, "--plugin-dir", llamaDir}, args[1:]...)...)
+		if flag := strings.TrimLeft(args[1], "-"); code != 2 || !strings.Contains(stderr, flag) {
+			t.Errorf("%v: exit %d, want 2 naming %s:\n%s", args, code, flag, stderr)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v: %s was written", args, out)
+		}
+	}
+}

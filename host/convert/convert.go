@@ -29,6 +29,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/internal/usage"
 )
 
 // Output file names.
@@ -91,15 +92,15 @@ func (o *Options) validate() error {
 	switch o.DType {
 	case "", "bfloat16", "float16", "float32":
 	default:
-		return fmt.Errorf("--dtype %q: use bfloat16, float16 or float32", o.DType)
+		return usage.Errorf("--dtype %q: use bfloat16, float16 or float32", o.DType)
 	}
 	switch o.Quantize {
 	case "", QuantNone, QuantFP8Block, QuantFP8Dynamic:
 	default:
-		return fmt.Errorf("--quantize %q: use none, fp8-block or fp8-dynamic", o.Quantize)
+		return usage.Errorf("--quantize %q: use none, fp8-block or fp8-dynamic", o.Quantize)
 	}
 	if o.Layers != nil && (o.Layers.From < 0 || o.Layers.To < o.Layers.From) {
-		return fmt.Errorf("--layers %s: give FIRST-LAST with 0 ≤ FIRST ≤ LAST", o.Layers)
+		return usage.Errorf("--layers %s: give FIRST-LAST with 0 ≤ FIRST ≤ LAST", o.Layers)
 	}
 	if o.Jobs <= 0 {
 		o.Jobs = 1

@@ -24,6 +24,7 @@ import (
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/weights/transform"
 	"github.com/strata-llm/strata/host/window"
+	"github.com/strata-llm/strata/internal/usage"
 	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -174,37 +175,37 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 func checkOptions(opts Options) (Options, dtype.DType, error) {
 	compute, err := dtype.ParseCompute(opts.ComputeDType)
 	if err != nil {
-		return opts, 0, err
+		return opts, 0, usage.Errorf("%v", err)
 	}
 	if opts.Link == "" {
 		opts.Link = weights.LinkAuto
 	}
 	if !slices.Contains(weights.LinkModes, opts.Link) {
-		return opts, 0, fmt.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
+		return opts, 0, usage.Errorf("unknown --link %q: use one of %s", opts.Link, strings.Join(weights.LinkModes, ", "))
 	}
 	if opts.Weights == "" {
 		opts.Weights = weights.Reference
 	}
 	if !slices.Contains(weights.Modes, opts.Weights) {
-		return opts, 0, fmt.Errorf("unknown --weights %q: use one of %s", opts.Weights, strings.Join(weights.Modes, ", "))
+		return opts, 0, usage.Errorf("unknown --weights %q: use one of %s", opts.Weights, strings.Join(weights.Modes, ", "))
 	}
 	switch {
 	case opts.WeightSpec != "" && opts.WeightSpec != weights.QAICSpec:
-		return opts, 0, fmt.Errorf("unknown --weight-spec %q: strata's own spec is always written; the other format is %q", opts.WeightSpec, weights.QAICSpec)
+		return opts, 0, usage.Errorf("unknown --weight-spec %q: strata's own spec is always written; the other format is %q", opts.WeightSpec, weights.QAICSpec)
 	case opts.WeightSpec == weights.QAICSpec && opts.Weights != weights.Materialize:
-		return opts, 0, fmt.Errorf("--weight-spec qaic needs --weights materialize: the version-5 format maps each weight to a safetensors key and has no transforms")
+		return opts, 0, usage.Errorf("--weight-spec qaic needs --weights materialize: the version-5 format maps each weight to a safetensors key and has no transforms")
 	}
 	if opts.WindowSize == 0 {
 		opts.WindowSize = 1
 	}
 	if opts.WindowSize < 0 || opts.Layerwise && opts.WindowSize < 1 {
-		return opts, 0, fmt.Errorf("--window-size must be at least 1, got %d", opts.WindowSize)
+		return opts, 0, usage.Errorf("--window-size must be at least 1, got %d", opts.WindowSize)
 	}
 	if opts.Jobs == 0 {
 		opts.Jobs = runtime.NumCPU()
 	}
 	if opts.Jobs < 0 {
-		return opts, 0, fmt.Errorf("-j must be at least 1, got %d", opts.Jobs)
+		return opts, 0, usage.Errorf("-j must be at least 1, got %d", opts.Jobs)
 	}
 	return opts, compute, nil
 }
