@@ -83,7 +83,8 @@ func isUsageError(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.HasPrefix(msg, "Required flag") || strings.HasPrefix(msg, "Required flags")
+	return strings.HasPrefix(msg, "Required flag") || strings.HasPrefix(msg, "Required flags") ||
+		strings.HasPrefix(msg, "No help topic for") // strata help NOSUCH
 }
 
 // onUsageError turns urfave/cli's flag parsing errors (unknown flag, bad
@@ -109,7 +110,7 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 		}
 	}
 	where := "strata --help"
-	if c.Command != nil && c.Command.Name != "" {
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name { // the root's name is the app's
 		where = "strata " + c.Command.Name + " --help"
 	}
 	return usageError{msg + "; see " + where}
@@ -131,7 +132,7 @@ func refuseUnknownCommand(app *cli.App, args []string) error {
 		return nil
 	}
 	name := args[i]
-	if app.Command(name) != nil {
+	if app.Command(name) != nil || name == "help" || name == "h" { // urfave/cli adds help when it runs
 		return nil
 	}
 	msg := fmt.Sprintf("unknown command %q", name)

@@ -115,3 +115,21 @@ func TestInvalidValuesExitTwo(t *testing.T) {
 		}
 	}
 }
+
+// `strata help CMD` is `strata CMD --help`; an unknown topic or flag is a
+// usage error that points at the right help once.
+func TestHelpCommand(t *testing.T) {
+	t.Parallel()
+	if code, stdout, stderr := strata(t, "help", "export"); code != 0 || !strings.Contains(stdout, "strata export - ") {
+		t.Errorf("help export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := strata(t, "help", "nosuch"); code != 2 || !strings.Contains(stderr, "nosuch") {
+		t.Errorf("help nosuch: exit %d, want 2\n%s", code, stderr)
+	}
+	for args, where := range map[string]string{"--frobnicate": "see strata --help", "export --frobnicate": "see strata export --help"} {
+		code, _, stderr := strata(t, strings.Fields(args)...)
+		if code != 2 || !strings.Contains(stderr, where) || strings.Contains(stderr, "strata strata") {
+			t.Errorf("%s: exit %d, want 2 and %q once:\n%s", args, code, where, stderr)
+		}
+	}
+}
