@@ -100,15 +100,22 @@ func TestConvertJSON(t *testing.T) {
 func TestInvalidValuesExitTwo(t *testing.T) {
 	t.Parallel()
 	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "llama-bf16-sharded", "model")
-	for _, args := range [][]string{
-		{"export", "--dtype", "fp16"}, {"export", "--link", "hard"}, {"export", "--weights", "lazy"},
-		{"export", "--weight-spec", "onnx"}, {"export", "--weight-spec", "qaic"}, {"export", "-j", "-1"},
-		{"convert", "--quantize", "fp8"}, {"convert", "--dtype", "fp16"}, {"convert", "--layers", "3-1"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"export", "--dtype", "fp16"}, `"fp16"`}, {[]string{"export", "--link", "hard"}, `--link "hard"`},
+		{[]string{"export", "--weights", "lazy"}, `--weights "lazy"`}, {[]string{"export", "--weight-spec", "onnx"}, `--weight-spec "onnx"`},
+		{[]string{"export", "--weight-spec", "qaic"}, "--weight-spec qaic needs --weights materialize"},
+		{[]string{"export", "-j", "-1"}, "-j must be at least 1"},
+		{[]string{"convert", "--quantize", "fp8"}, `--quantize "fp8"`}, {[]string{"convert", "--dtype", "fp16"}, `--dtype "fp16"`},
+		{[]string{"convert", "--layers", "3-1"}, `--layers "3-1"`},
 	} {
+		args := tc.args
 		out := filepath.Join(t.TempDir(), "out")
 		code, _, stderr := strata(t, append([]string{args[0], fixture, "--out", out, "--plugin-dir", llamaDir}, args[1:]...)...)
-		if flag := strings.TrimLeft(args[1], "-"); code != 2 || !strings.Contains(stderr, flag) {
-			t.Errorf("%v: exit %d, want 2 naming %s:\n%s", args, code, flag, stderr)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want 2 saying %s:\n%s", args, code, tc.want, stderr)
 		}
 		if _, err := os.Stat(out); err == nil {
 			t.Errorf("%v: %s was written", args, out)

@@ -375,6 +375,16 @@ func (c *Checkpoint) Tensor(key string) (*Tensor, bool) {
 	return t, ok
 }
 
+// Key is key as the checkpoint holds it (its own string, shared by
+// everything that keeps the key) when it holds the tensor, else key: keys
+// kept by the tens of thousands should not each be a copy.
+func (c *Checkpoint) Key(key string) string {
+	if t, ok := c.tensors[key]; ok {
+		return t.Key
+	}
+	return key
+}
+
 // Keys lists all tensor keys, sorted.
 func (c *Checkpoint) Keys() []string { return c.keys }
 

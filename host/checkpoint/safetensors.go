@@ -106,9 +106,9 @@ func readHeader(r io.ReaderAt, size int64, counter *int64) ([]byte, error) {
 var parsers parserPool
 
 // parserPool keeps parsers across garbage collections, which empty
-// fastjson.ParserPool (a sync.Pool): regrowing their caches was 41 MB of
-// Qwen3-Next-80B's allocations. A parser keeps the cache of the largest
-// document it parsed, so the index (a checkpoint's largest) has its own.
+// fastjson.ParserPool (a sync.Pool) and had each header after one regrow
+// its parser's cache. A parser keeps the cache of the largest document it
+// parsed, so the index (a checkpoint's largest) has a parser of its own.
 type parserPool struct {
 	mu   sync.Mutex
 	free []*fastjson.Parser

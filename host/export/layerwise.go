@@ -50,12 +50,7 @@ func (e *exporter) layerwise() (*Result, error) {
 	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
 	st := window.NewStitcher(io)
-	st.InternNames(func(name []byte) string {
-		if t, ok := e.ckpt.Tensor(string(name)); ok {
-			return t.Key
-		}
-		return string(name)
-	})
+	st.InternNames(func(name []byte) string { return e.ckpt.Key(string(name)) })
 	written, kept, err := e.exportWindows(spans, manifest, st)
 	if err != nil {
 		return nil, err

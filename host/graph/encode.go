@@ -60,8 +60,10 @@ func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, erro
 		return 0, err
 	}
 	size := len(rest) + len(held)
-	for _, n := range nodes {
-		size += nodeFieldSize(opts.Size(n))
+	sizes := make([]int, len(nodes)) // each node's, needed again as it is written
+	for i, n := range nodes {
+		sizes[i] = opts.Size(n)
+		size += nodeFieldSize(sizes[i])
 	}
 	for _, c := range apart {
 		size += len(c)
@@ -72,9 +74,9 @@ func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, erro
 	cw := &countWriter{w: w}
 	cw.write(outer[:at], header)
 	buf := make([]byte, 0, 64<<10)
-	for _, n := range nodes {
+	for i, n := range nodes {
 		buf = protowire.AppendTag(buf[:0], graphNodeField, protowire.BytesType)
-		buf = protowire.AppendVarint(buf, uint64(opts.Size(n)))
+		buf = protowire.AppendVarint(buf, uint64(sizes[i]))
 		if buf, err = opts.MarshalAppend(buf, n); err != nil {
 			return cw.n, err
 		}

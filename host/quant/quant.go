@@ -416,15 +416,6 @@ func (r *resolver) scheme(cfg config) error {
 // tensor is a stored tensor's dtype and shape, if present.
 func (r *resolver) tensor(key string) (*checkpoint.Tensor, bool) { return r.ckpt.Tensor(key) }
 
-// stored is key as the checkpoint holds it, if it does: one string for
-// both (expressions name scales by concatenation, 3 MB of copies).
-func (r *resolver) stored(key string) string {
-	if t, ok := r.ckpt.Tensor(key); ok {
-		return t.Key
-	}
-	return key
-}
-
 // shape is the index of shape in view.shapes, added when new.
 func (r *resolver) shape(shape []int64) uint32 {
 	id := shapeID{rank: len(shape)}
@@ -464,7 +455,7 @@ func (r *resolver) add(key string, how dequantizer, activation string) error {
 	if packed && parts[0] != strings.TrimSuffix(key, ".weight")+packedSuffix {
 		return fmt.Errorf("quantised weight %s: its values are stored as %s, which strata does not name: please report this checkpoint's layout", key, parts[0])
 	}
-	r.view.weights[r.stored(key)] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
+	r.view.weights[r.ckpt.Key(key)] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
 	if x, ok := how.(extraParts); ok {
 		parts = append(parts, x.extraParts(r.ckpt, key)...)
 	}

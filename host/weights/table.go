@@ -61,14 +61,6 @@ type pending struct {
 	expr *transform.Expr // until placed, in reference mode (then spec.packed, or the key it names)
 }
 
-// storedKey is key as the checkpoint holds it.
-func (t *Table) storedKey(key string) string {
-	if tensor, ok := t.ckpt.Tensor(key); ok {
-		return tensor.Key
-	}
-	return key
-}
-
 // sourceKeys are the tensors w reads.
 func (w *pending) sourceKeys() []string {
 	switch {
@@ -96,7 +88,7 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 		return "", err
 	}
 	if e.IsLeaf() || e.Op == transform.OpCast && e.Args[0].IsLeaf() {
-		name = t.storedKey(e.Keys()[0])
+		name = t.ckpt.Key(e.Keys()[0])
 	}
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
@@ -121,7 +113,7 @@ func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
 		return "", err
 	}
 	if t.mode == Reference { // lowered: what remains is for the spec
-		w.spec.Transform, w.spec.packed, w.expr = nil, w.spec.Transform.Pack(t.storedKey), nil
+		w.spec.Transform, w.spec.packed, w.expr = nil, w.spec.Transform.Pack(t.ckpt.Key), nil
 	}
 	t.byExpr[digest] = name
 	t.weights[name] = w
