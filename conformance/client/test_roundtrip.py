@@ -58,7 +58,9 @@ def transformers_logits(model_dir, ref):
 
 
 CASES = [("llama-f32-base", "fp8-block"), ("llama-bf16-sharded", "fp8-block"), ("qwen3moe-f32-top2-norm", "fp8-block"),
-         ("llama-f32-base", "fp8-dynamic"), ("llama-f32-tied-gqa4", "fp8-dynamic"), ("qwen3moe-f32-top2-norm", "fp8-dynamic")]
+         ("llama-f32-base", "fp8-dynamic"), ("llama-f32-tied-gqa4", "fp8-dynamic"), ("qwen3moe-f32-top2-norm", "fp8-dynamic"),
+         # linear attention with its fused in-projections sliced from FP8 blocks (Qwen3-Next ships FP8 so)
+         ("qwen3next-f32", "fp8-block"), ("qwen35-f32-dense", "fp8-dynamic")]
 
 
 @pytest.mark.parametrize("name,scheme", CASES, ids=[f"{n}-{s}" for n, s in CASES])
