@@ -149,12 +149,14 @@ func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
 	}
 	dataBytes := sh.Size - sh.HeaderBytes
 	tensors := make([]Tensor, 0, obj.Len())
+	shapes := shapeInterner{}
 	obj.Visit(func(k []byte, v *fastjson.Value) {
 		if err != nil || string(k) == "__metadata__" {
 			return
 		}
 		var t Tensor
 		if t, err = parseEntry(string(k), v, sh, dataBytes); err == nil {
+			t.Shape = shapes.intern(t.Shape)
 			tensors = append(tensors, t)
 		}
 	})
@@ -171,6 +173,31 @@ func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
 		return nil, err
 	}
 	return tensors, nil
+}
+
+// shapeInterner shares one slice among a header's equal shapes: a shard
+// of experts holds thousands of tensors of a few shapes (3.5 MB of
+// GLM-4.6-FP8's heap were their copies). A shared shape is capped at its
+// length, so an append copies it; nothing writes into a Tensor's shape.
+type shapeInterner map[shapeKey][]int64
+
+type shapeKey struct {
+	rank int
+	dims [4]int64
+}
+
+func (in shapeInterner) intern(shape []int64) []int64 {
+	if len(shape) > 4 {
+		return shape
+	}
+	k := shapeKey{rank: len(shape)}
+	copy(k.dims[:], shape)
+	if s, ok := in[k]; ok {
+		return s
+	}
+	shape = shape[:len(shape):len(shape)]
+	in[k] = shape
+	return shape
 }
 
 // parseEntry reads {"dtype": ..., "shape": [...], "data_offsets": [b, e]}

@@ -119,6 +119,9 @@ type exporter struct {
 	separate []separateModel
 	// notes are the host's own things to tell the user, with the plugin's.
 	notes []string
+	// spill takes the encoded initializers of the model being written
+	// (whole, or stitched) off the heap: a scratch file in the output.
+	spill *graph.Spill
 }
 
 // Run exports ckpt with plugin p. Options and the plugin's answers are
@@ -159,6 +162,8 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 			}
 		}
 	}
+	e.spill = graph.NewSpill(e.out.Scratch)
+	defer e.spill.Close()
 	defer func() {
 		if err != nil {
 			err = e.out.discard(err, e.opts.KeepWindows)
@@ -240,7 +245,7 @@ func layerwiseGuard(p *plugins.Plugin, modelType string, check *pb.CheckResponse
 
 // whole exports the model as one graph.
 func (e *exporter) whole() (*Result, error) {
-	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile)
+	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile, e.spill)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +274,7 @@ func (e *exporter) releaseParts() {
 // commit encodes and writes the finished model (and, materialising, the
 // whole model's weights; with --weight-spec qaic, that spec) unless the
 // export was interrupted. It returns the model's size.
-func (e *exporter) commit(m *onnxpb.ModelProto, held [][]byte, spec *weights.Spec, t *weights.Table) (int, error) {
+func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.Spec, t *weights.Table) (int, error) {
 	extra := map[string][]byte{}
 	if e.opts.WeightSpec == weights.QAICSpec {
 		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.Path())
@@ -330,9 +335,14 @@ func modelName(c *checkpoint.Checkpoint) string {
 	return c.ModelType
 }
 
-func (e *exporter) assemble(s window.Span, dataPath string) (*assembler, error) {
+// A model built by one builder at a time may spill its initializers (nil:
+// held in memory).
+func (e *exporter) assemble(s window.Span, dataPath string, spill *graph.Spill) (*assembler, error) {
 	a := newAssembler(e.parts, e.ckpt, e.quant, e.compute, s, e.opts.Subfunctions,
 		window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}, e.opts.Weights, dataPath)
+	if spill != nil {
+		a.b.SpillTo(spill)
+	}
 	err := a.run()
 	if err == nil {
 		a.table.ShardBytes = e.opts.ShardBytes
@@ -518,7 +528,7 @@ func layersOf(plan *pb.PlanResponse, kind string) []int32 {
 // buildModel finishes the model with its provenance and the weight spec in
 // the metadata; a window's span is recorded too (nil for a whole model).
 // Its checkpoint tensors' initializers are apart (graph.Builder.ModelHeld).
-func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, [][]byte, error) {
+func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version string, span *window.Span) (*onnxpb.ModelProto, graph.Held, error) {
 	props := map[string]string{
 		"strata.version":        version,
 		"strata.plugin":         p.Desc.GetName(),
@@ -527,7 +537,7 @@ func buildModel(b *graph.Builder, spec *weights.Spec, p *plugins.Plugin, version
 	if spec != nil { // else commit records a reference to weight_spec.json
 		compact, err := spec.Compact()
 		if err != nil {
-			return nil, nil, err
+			return nil, graph.Held{}, err
 		}
 		props["strata.model_type"], props["strata.compute_dtype"], props[weights.MetadataKey] = spec.ModelType, spec.ComputeDType, compact
 	}

@@ -51,6 +51,7 @@ func (e *exporter) layerwise() (*Result, error) {
 	manifest.Model = nil
 	st := window.NewStitcher(io)
 	st.InternNames(func(name []byte) string { return e.ckpt.Key(string(name)) })
+	st.SpillTo(e.spill)
 	written, kept, err := e.exportWindows(spans, manifest, st)
 	if err != nil {
 		return nil, err
@@ -92,7 +93,12 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest, st *wi
 		wg     sync.WaitGroup
 		failed atomic.Bool
 		slots  = make(chan struct{}, e.opts.Jobs)
-		built  = make([]chan builtWindow, len(spans))
+		// unstitched bounds the windows built but not yet stitched: the
+		// stitcher is one goroutine, and windows that outran it held their
+		// graphs (12 MB of GLM-4.6-FP8's heap at its peak).
+		unstitched = make(chan struct{}, 2*e.opts.Jobs)
+		done       = make(chan struct{})
+		built      = make([]chan builtWindow, len(spans))
 	)
 	for i := range built {
 		built[i] = make(chan builtWindow, 1)
@@ -100,6 +106,7 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest, st *wi
 	launched := make(chan struct{})
 	defer func() { // no window runs once this returns
 		failed.Store(true)
+		close(done)
 		<-launched
 		wg.Wait()
 		if ferr := log.flush(); err == nil {
@@ -109,6 +116,10 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest, st *wi
 	go func() {
 		defer close(launched)
 		for i, s := range spans {
+			select {
+			case unstitched <- struct{}{}:
+			case <-done:
+			}
 			slots <- struct{}{}
 			if failed.Load() {
 				<-slots
@@ -131,6 +142,7 @@ func (e *exporter) exportWindows(spans []window.Span, m *window.Manifest, st *wi
 		if w.err == nil {
 			w.err = e.stitchWindow(st, s, w)
 		}
+		<-unstitched
 		if w.err != nil {
 			failed.Store(true)
 			return nil, nil, e.firstError(w.err, built[i+1:])
@@ -250,7 +262,7 @@ func (e *exporter) exportWindow(s window.Span, log *windowLog) builtWindow {
 // encoded in its graph (as the stitcher reads them); for a file, its
 // metadata holds its spec too.
 func (e *exporter) buildWindow(s window.Span, forFile bool) (*assembler, builtWindow) {
-	a, err := e.assemble(s, windowDataFile(s))
+	a, err := e.assemble(s, windowDataFile(s), nil)
 	if err != nil {
 		return nil, builtWindow{err: err}
 	}
@@ -263,7 +275,9 @@ func (e *exporter) buildWindow(s window.Span, forFile bool) (*assembler, builtWi
 	if err != nil {
 		return nil, builtWindow{err: err}
 	}
-	graph.Hold(model, held)
+	if _, err := graph.Hold(model, held); err != nil {
+		return nil, builtWindow{err: err}
+	}
 	return a, builtWindow{model: model, spec: spec}
 }
 

@@ -102,7 +102,9 @@ func (e *exporter) buildSeparate(spec *pb.ModelSpec, exportOpts *pb.ExportOption
 	if err != nil {
 		return separateModel{}, err
 	}
-	graph.Hold(m, held)
+	if _, err := graph.Hold(m, held); err != nil {
+		return separateModel{}, err
+	}
 	data, err := encode(m)
 	if err != nil {
 		return separateModel{}, err

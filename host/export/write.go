@@ -43,7 +43,7 @@ func prepareOut(ctx context.Context, dir string, ckpt *checkpoint.Checkpoint, op
 // write commits an export: the old model.onnx goes first (a model.onnx
 // present means a complete export), then shards, materialised weights (t,
 // unless nil), spec, and model.onnx last, whose size it returns.
-func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specFile *outdir.File, model *onnxpb.ModelProto, held [][]byte, t *weights.Table, extra map[string][]byte) (int, error) {
+func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *weights.Spec, specFile *outdir.File, model *onnxpb.ModelProto, held graph.Held, t *weights.Table, extra map[string][]byte) (int, error) {
 	if err := o.removeModel(); err != nil {
 		return 0, err
 	}
@@ -74,14 +74,14 @@ func (o outDir) write(ctx context.Context, ckpt *checkpoint.Checkpoint, spec *we
 
 // writeModel encodes the model, with the initializers held apart from it,
 // straight into model.onnx (graph.WriteModel) and returns its size.
-func (o outDir) writeModel(m *onnxpb.ModelProto, held [][]byte) (int, error) {
+func (o outDir) writeModel(m *onnxpb.ModelProto, held graph.Held) (int, error) {
 	f, err := o.Create(ModelFile)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Abort() // nothing, once committed
 	w := bufio.NewWriterSize(f, 1<<20)
-	n, err := graph.WriteModel(w, m, held...)
+	n, err := graph.WriteModel(w, m, held)
 	if err == nil {
 		err = w.Flush()
 	}

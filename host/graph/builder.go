@@ -4,7 +4,6 @@
 package graph
 
 import (
-	"bytes"
 	"fmt"
 	"sort"
 	"strconv"
@@ -29,6 +28,8 @@ type Builder struct {
 	// (Referenced), in chunks: one growing slice was 42 MB of copies for
 	// GLM-4.6's 7 MB.
 	referenced [][]byte
+	spill      *Spill // nil: all chunks stay in memory
+	spillErr   error
 }
 
 // Chunks of encoded initializers start small (a window of one layer holds
@@ -239,8 +240,27 @@ func (b *Builder) chunk(n int) []byte {
 	if last := len(b.referenced) - 1; last >= 0 {
 		size = min(2*cap(b.referenced[last]), lastChunk)
 	}
+	if b.spill != nil && size == lastChunk && b.spillErr == nil {
+		b.spillChunks()
+	}
 	b.referenced = append(b.referenced, make([]byte, 0, max(n, size)))
 	return b.referenced[len(b.referenced)-1]
+}
+
+// SpillTo makes b write its full chunks of encoded initializers to s
+// rather than hold them (the bytes returned by Referenced stay valid: a
+// chunk is never reused).
+func (b *Builder) SpillTo(s *Spill) { b.spill = s }
+
+// spillChunks writes the chunks in memory to the spill and lets them go.
+func (b *Builder) spillChunks() {
+	for _, c := range b.referenced {
+		if err := b.spill.write(c); err != nil {
+			b.spillErr = err
+			return
+		}
+	}
+	b.referenced = nil
 }
 
 // Node adds a node of the default domain.
@@ -294,29 +314,38 @@ type Metadata struct {
 
 // Model finishes the graph into a model. Functions, opsets and metadata are
 // sorted so the same inputs give the same bytes.
+// A Builder that spills (SpillTo) gives its model by ModelHeld only.
 func (b *Builder) Model(meta Metadata) *onnxpb.ModelProto {
+	if b.spill != nil {
+		panic("graph: Model of a Builder that spills its initializers; use ModelHeld")
+	}
 	m, held := b.ModelHeld(meta)
-	b.referenced = Hold(m, held)
+	data, _ := Hold(m, held) // in memory: no error
+	b.referenced = nil
+	if len(data) > 0 {
+		b.referenced = [][]byte{data}
+	}
 	return m
 }
 
 // Hold puts initializers held apart (ModelHeld) into m's graph, joined
 // once (the chunks are let go), and returns what the graph holds.
-func Hold(m *onnxpb.ModelProto, held [][]byte) [][]byte {
-	if len(held) > 1 {
-		held = [][]byte{bytes.Join(held, nil)}
+func Hold(m *onnxpb.ModelProto, held Held) ([]byte, error) {
+	data, err := held.bytes()
+	if err != nil {
+		return nil, err
 	}
-	if len(held) == 1 {
-		m.GetGraph().ProtoReflect().SetUnknown(protoreflect.RawFields(held[0]))
+	if len(data) > 0 {
+		m.GetGraph().ProtoReflect().SetUnknown(protoreflect.RawFields(data))
 	}
-	return held
+	return data, nil
 }
 
 // ModelHeld is Model with the initializers held encoded (Referenced) left
 // out of the graph and returned apart, as held, for WriteModel to write:
 // Model joins them into one slice, which for GLM-4.6 copied 7.7 MB when the
 // heap is fullest.
-func (b *Builder) ModelHeld(meta Metadata) (*onnxpb.ModelProto, [][]byte) {
+func (b *Builder) ModelHeld(meta Metadata) (*onnxpb.ModelProto, Held) {
 	m := &onnxpb.ModelProto{
 		IrVersion:       IRVersion,
 		ProducerName:    meta.ProducerName,
@@ -332,7 +361,11 @@ func (b *Builder) ModelHeld(meta Metadata) (*onnxpb.ModelProto, [][]byte) {
 	for _, k := range sortedKeys(meta.Props) {
 		m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: k, Value: meta.Props[k]})
 	}
-	return m, b.referenced
+	held := Held{chunks: b.referenced, err: b.spillErr}
+	if b.spill != nil {
+		held.spill, held.spilled = b.spill.f, b.spill.n
+	}
+	return m, held
 }
 
 func sortedKeys[V any](m map[string]V) []string {

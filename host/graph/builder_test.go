@@ -2,6 +2,9 @@ package graph
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,7 +136,7 @@ func TestWriteModelIsMarshal(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got bytes.Buffer
-			n, err := WriteModel(&got, m)
+			n, err := WriteModel(&got, m, Held{})
 			if err != nil || n != int64(got.Len()) {
 				t.Fatalf("wrote %d of %d bytes: %v", n, got.Len(), err)
 			}
@@ -148,8 +151,10 @@ func TestWriteModelIsMarshal(t *testing.T) {
 	}
 }
 
-func heldBuilder(t *testing.T) *Builder {
-	b := New("g")
+func heldBuilder(t *testing.T) *Builder { return heldBuilderOf(t, New("g"), 3000) }
+
+// heldBuilderOf adds to b a graph with n encoded initializers.
+func heldBuilderOf(t *testing.T, b *Builder, n int) *Builder {
 	b.Input("x", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
 	b.Output("y", onnxpb.TensorProto_FLOAT, Dim{Param: "n"})
 	b.Node(&onnxpb.NodeProto{OpType: "Add", Input: []string{"x", "a"}, Output: []string{"y"}})
@@ -160,7 +165,7 @@ func heldBuilder(t *testing.T) *Builder {
 				{Name: "axes", Type: onnxpb.AttributeProto_INTS, Ints: []int64{int64(i), -1}}}})
 	}
 	b.Initializer(&onnxpb.TensorProto{Name: "c", DataType: int32(onnxpb.TensorProto_FLOAT), Dims: []int64{1}, FloatData: []float32{2}})
-	for i := range 3000 { // more than one chunk
+	for i := range n { // more than one chunk
 		b.ReferencedExternal("a."+strconv.Itoa(i), int32(onnxpb.TensorProto_FLOAT), []int64{int64(i)}, "checkpoint/x.safetensors", int64(4*i), 4)
 	}
 	if err := b.AddFunction(&onnxpb.FunctionProto{Name: "F", Domain: "d", OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: 17}}}); err != nil {
@@ -178,14 +183,54 @@ func TestModelHeldWritesAsModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, held := heldBuilder(t).ModelHeld(meta)
-	if len(held) < 2 {
-		t.Fatalf("%d chunks held: the test wants more than one", len(held))
+	if len(held.chunks) < 2 {
+		t.Fatalf("%d chunks held: the test wants more than one", len(held.chunks))
 	}
 	var got bytes.Buffer
-	if _, err := WriteModel(&got, m, held...); err != nil {
+	if _, err := WriteModel(&got, m, held); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Errorf("written apart: %d bytes unlike Model's %d", got.Len(), len(want))
+	}
+}
+
+// A builder that spills its full chunks to a file writes the model Model
+// gives, byte for byte, and keeps only its last chunk in memory.
+func TestSpilledWritesAsModel(t *testing.T) {
+	meta := Metadata{ProducerName: "strata", Props: map[string]string{"k": "v"}}
+	const n = 40000 // ~4 MB encoded: chunks reach their largest size and spill
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(heldBuilderOf(t, New("g"), n).Model(meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spill := NewSpill(func() (*os.File, error) { return os.CreateTemp(t.TempDir(), "spill") })
+	defer spill.Close()
+	b := New("g")
+	b.SpillTo(spill)
+	m, held := heldBuilderOf(t, b, n).ModelHeld(meta)
+	if held.spilled == 0 || len(held.chunks) != 1 {
+		t.Fatalf("%d bytes spilled, %d chunks in memory: want some spilled and one chunk held", held.spilled, len(held.chunks))
+	}
+	var got bytes.Buffer
+	if _, err := WriteModel(&got, m, held); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("spilled: %d bytes unlike Model's %d", got.Len(), len(want))
+	}
+	joined, err := Hold(m, held)
+	if err != nil || int64(len(joined)) != held.Len() {
+		t.Fatalf("Hold read back %d of %d bytes: %v", len(joined), held.Len(), err)
+	}
+}
+
+// A spill that cannot open its file fails the write, naming why.
+func TestSpillErrorFailsTheWrite(t *testing.T) {
+	b := New("g")
+	b.SpillTo(NewSpill(func() (*os.File, error) { return nil, errors.New("disk gone") }))
+	m, held := heldBuilderOf(t, b, 40000).ModelHeld(Metadata{})
+	if _, err := WriteModel(io.Discard, m, held); err == nil || !strings.Contains(err.Error(), "disk gone") {
+		t.Fatalf("WriteModel: %v, want the spill's error", err)
 	}
 }

@@ -17,13 +17,13 @@ const modelGraphField = 7
 // gives (TestWriteModelIsMarshal), without building them in one buffer:
 // the graph's encoded initializers (Builder.Referenced, the graph's
 // unknown fields) are written as they are held, then those held apart
-// (Builder.ModelHeld), as if they ended the graph's unknown fields, and
-// its nodes one at a time. For GLM-4.6 one buffer was 12 MB, and the
+// (Builder.ModelHeld, possibly spilled to a file), as if they ended the
+// graph's unknown fields, and its nodes one at a time. For GLM-4.6 one buffer was 12 MB, and the
 // nodes' another 14 for GLM-4.6-FP8, allocated when the heap is fullest.
-func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, error) {
+func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart Held) (int64, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
 	g := m.GetGraph()
-	if g == nil && len(apart) > 0 {
+	if g == nil && apart.Len() > 0 {
 		return 0, fmt.Errorf("encoding the model: initializers held apart from a model without a graph")
 	}
 	if g == nil {
@@ -65,9 +65,7 @@ func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, erro
 		sizes[i] = opts.Size(n)
 		size += nodeFieldSize(sizes[i])
 	}
-	for _, c := range apart {
-		size += len(c)
-	}
+	size += int(apart.Len())
 	var header []byte
 	header = protowire.AppendTag(header, modelGraphField, protowire.BytesType)
 	header = protowire.AppendVarint(header, uint64(size))
@@ -83,7 +81,10 @@ func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart ...[]byte) (int64, erro
 		cw.write(buf)
 	}
 	cw.write(rest, held)
-	cw.write(apart...)
+	if cw.err == nil {
+		n, err := apart.WriteTo(w)
+		cw.n, cw.err = cw.n+n, err
+	}
 	cw.write(outer[at+2:])
 	return cw.n, cw.err
 }

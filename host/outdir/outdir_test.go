@@ -450,3 +450,28 @@ func TestWriteFileNewOneWriterWins(t *testing.T) {
 		}
 	}
 }
+
+// A scratch file leaves no name in the directory, even before it is closed.
+func TestScratchLeavesNoName(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(context.Background(), dir, Options{Tool: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(dir)
+	f, err := d.Scratch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("spilled")); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadDir(dir)
+	f.Close()
+	if len(after) != len(before) {
+		t.Errorf("the directory held %d entries before the scratch file and %d with it", len(before), len(after))
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

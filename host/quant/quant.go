@@ -307,7 +307,7 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 	}
 	r := &resolver{ckpt: ckpt, weightsOnly: weightsOnly, how: map[dequantizer]uint16{},
 		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, hidden: map[string]string{}}, parts: map[string]bool{}, shapes: map[shapeID]uint32{}}
-	r.view.lookup = r.lookup
+	r.view.lookup = storedTypes(ckpt) // not r.lookup: the view would keep the resolver's maps
 	if cfg != nil {
 		if err := r.scheme(cfg); err != nil {
 			return nil, err
@@ -480,8 +480,15 @@ func (r *resolver) infer(e *transform.Expr) error {
 	return nil
 }
 
-func (r *resolver) lookup(key string) (transform.Type, error) {
-	t, ok := r.ckpt.Tensor(key)
+func (r *resolver) lookup(key string) (transform.Type, error) { return storedType(r.ckpt, key) }
+
+// storedTypes types the tensors ckpt stores.
+func storedTypes(ckpt *checkpoint.Checkpoint) transform.Lookup {
+	return func(key string) (transform.Type, error) { return storedType(ckpt, key) }
+}
+
+func storedType(ckpt *checkpoint.Checkpoint, key string) (transform.Type, error) {
+	t, ok := ckpt.Tensor(key)
 	if !ok {
 		return transform.Type{}, fmt.Errorf("tensor %s is missing from the checkpoint", key)
 	}

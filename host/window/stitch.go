@@ -80,6 +80,7 @@ type Stitcher struct {
 	props                     map[string]string
 	specs                     weights.Merger
 	last                      *Span // the window added last
+	spill                     *graph.Spill
 }
 
 // NewStitcher starts a stitched model with the whole model's io.
@@ -104,6 +105,9 @@ func (s *Stitcher) Add(w Model) error {
 	}
 	if s.b == nil {
 		s.b = graph.New(w.Proto.GetGraph().GetName())
+		if s.spill != nil {
+			s.b.SpillTo(s.spill)
+		}
 		s.producer, s.producerVersion = w.Proto.GetProducerName(), w.Proto.GetProducerVersion()
 	}
 	if err := s.add(w); err != nil {
@@ -123,18 +127,20 @@ func (s *Stitcher) Finish() (*onnxpb.ModelProto, *weights.Spec, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	graph.Hold(m, held)
+	if _, err := graph.Hold(m, held); err != nil {
+		return nil, nil, err
+	}
 	return m, spec, nil
 }
 
 // FinishHeld is Finish with the checkpoint tensors' initializers apart from
 // the model, as graph.Builder.ModelHeld gives them (for graph.WriteModel).
-func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, error) {
+func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, graph.Held, *weights.Spec, error) {
 	switch {
 	case s.last == nil:
-		return nil, nil, nil, fmt.Errorf("no windows to stitch")
+		return nil, graph.Held{}, nil, fmt.Errorf("no windows to stitch")
 	case s.last.Last != s.last.Count-1:
-		return nil, nil, nil, fmt.Errorf("windows end at layer %d of %d", s.last.Last, s.last.Count)
+		return nil, graph.Held{}, nil, fmt.Errorf("windows end at layer %d of %d", s.last.Last, s.last.Count)
 	}
 	for _, v := range s.io.Inputs {
 		s.b.InputInfo(v.Info())
@@ -144,7 +150,7 @@ func (s *Stitcher) FinishHeld() (*onnxpb.ModelProto, [][]byte, *weights.Spec, er
 	}
 	spec, err := s.specs.Spec()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, graph.Held{}, nil, err
 	}
 	// No spec in the metadata: the caller writes it beside the model and
 	// records where (a 9 MB value encoded only to be replaced).
@@ -266,6 +272,10 @@ func (s *Stitcher) addEncoded(name, raw []byte) error {
 	s.referenced[s.names(name)] = maphash.Bytes(s.seed, s.b.ReferencedEncoded(raw))
 	return nil
 }
+
+// SpillTo makes the stitched model's builder spill its encoded
+// initializers to sp (graph.Builder.SpillTo).
+func (s *Stitcher) SpillTo(sp *graph.Spill) { s.spill = sp }
 
 // InternNames makes the stitcher key the initializers it keeps by the
 // strings names returns (e.g. the checkpoint's own keys) instead of a copy
