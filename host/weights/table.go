@@ -2,6 +2,8 @@ package weights
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"path"
 	"sort"
@@ -15,6 +17,7 @@ import (
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Weight modes.
@@ -239,6 +242,9 @@ func (t *Table) place(w *pending) error {
 		return err
 	}
 	if value != w.spec.Name { // name the result as the spec does
+		if g.last == nil || g.last.GetOutput()[0] != value { // a constant: no node of its own
+			g.Node("Identity", []string{value})
+		}
 		g.last.Output[0] = w.spec.Name
 	}
 	return nil
@@ -284,12 +290,51 @@ func (g *tableGraph) Bytes(key string, shape []int64) (string, error) {
 }
 
 func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.AttributeProto) string {
+	if op == "Constant" && len(inputs) == 0 && len(attrs) == 1 && attrs[0].GetName() == "value" && attrs[0].GetT() != nil {
+		return g.t.constant(attrs[0].GetT())
+	}
 	g.n++
 	out := fmt.Sprintf("%s/%s_%d", g.prefix, op, g.n)
 	g.last = &onnxpb.NodeProto{Name: out, OpType: op, Input: inputs, Output: []string{out}, Attribute: attrs}
 	g.t.b.Node(g.last)
 	return out
 }
+
+// constant is a constant the lowering of transforms needs (shapes, axes,
+// FP8 code tables) as one initializer of the graph, named by its content:
+// GLM-4.6-FP8's 6,275 Constant nodes were 49 different tensors. Named by
+// content, a window's constants are the whole model's, and stitching keeps
+// one of each.
+func (t *Table) constant(c *onnxpb.TensorProto) string {
+	sum := sha256.New()
+	var head [8]byte
+	binary.LittleEndian.PutUint64(head[:], uint64(c.GetDataType()))
+	sum.Write(head[:])
+	for _, d := range c.GetDims() {
+		binary.LittleEndian.PutUint64(head[:], uint64(d))
+		sum.Write(head[:])
+	}
+	binary.LittleEndian.PutUint64(head[:], uint64(len(c.GetDims())))
+	sum.Write(head[:])
+	sum.Write(c.GetRawData())
+	digest := sum.Sum(nil)
+	c.Name = constantPrefix + hex.EncodeToString(digest[:8])
+	prev, seen := t.inits[c.Name]
+	if seen && !proto.Equal(prev, c) { // 64 bits alike: the whole digest
+		c.Name = constantPrefix + hex.EncodeToString(digest)
+		_, seen = t.inits[c.Name]
+	}
+	if seen {
+		return c.Name
+	}
+	name := c.Name
+	t.inits[name] = c
+	t.b.Initializer(c)
+	return name
+}
+
+// constantPrefix starts the names of the transforms' constants.
+const constantPrefix = "weights/const/"
 
 func external(location string, offset, length int64) []*onnxpb.StringStringEntryProto {
 	return []*onnxpb.StringStringEntryProto{

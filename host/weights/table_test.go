@@ -313,3 +313,37 @@ func TestMaterializeInSlicesIsMaterializeWhole(t *testing.T) {
 		materialize(slice)
 	}
 }
+
+// The constants transforms lower to (here the stacks' target shape) are
+// initializers named by their content, one for every weight that needs
+// them, and no Constant nodes.
+func TestTableSharesConstants(t *testing.T) {
+	b := graph.New("g")
+	tab := NewTable(source(t), nil, onnxpb.TensorProto_FLOAT, b, Reference, "")
+	reversed := &pb.WeightBinding{Input: "experts", Weight: weight.Stack(0,
+		weight.Tensor("experts.2.w"), weight.Tensor("experts.1.w"), weight.Tensor("experts.0.w")).Proto()}
+	for name, wb := range map[string]*pb.WeightBinding{"layers.0/mlp.experts": stackBinding("experts"), "layers.1/mlp.experts": reversed} {
+		if _, err := tab.Value(wb, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := b.Model(graph.Metadata{})
+	var constants []string
+	for _, init := range m.GetGraph().GetInitializer() {
+		if strings.HasPrefix(init.GetName(), constantPrefix) {
+			constants = append(constants, init.GetName())
+		}
+	}
+	readers := 0
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "Constant" {
+			t.Errorf("a Constant node %s: constants are shared initializers", n.GetName())
+		}
+		if len(constants) == 1 && slices.Contains(n.GetInput(), constants[0]) {
+			readers++
+		}
+	}
+	if len(constants) != 1 || readers != 2 {
+		t.Errorf("constant initializers %v read by %d nodes; want one, read by both stacks' Reshape", constants, readers)
+	}
+}
