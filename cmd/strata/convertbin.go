@@ -23,11 +23,15 @@ func convertBinCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			out, err := outFlag(c)
+			if err != nil {
+				return err
+			}
 			loc, err := locateModel(c, model)
 			if err != nil {
 				return err
 			}
-			res, err := checkpoint.ConvertBin(c.Context, loc.Dir, c.String("out"))
+			res, err := checkpoint.ConvertBin(c.Context, loc.Dir, out)
 			if err != nil {
 				return err
 			}
