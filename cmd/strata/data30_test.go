@@ -191,7 +191,7 @@ func TestConcurrentConvertsSayWhoHoldsTheLayers(t *testing.T) {
 		t.Errorf("--layers 2 while 0-1 are held: %s", msg)
 	}
 	start := time.Now()
-	if code, msg := run("--finalize"); code != 1 || !strings.Contains(msg, "cannot finalize yet") || !strings.Contains(msg, "layers 0-1") {
+	if code, msg := run("--finalize"); code != 1 || !strings.Contains(msg, "cannot finalize yet") || !strings.Contains(msg, "layers 0-1 into it") || !strings.Contains(msg, "run --finalize again once it has finished") {
 		t.Errorf("--finalize while layers 0-1 are held: exit %d:\n%s", code, msg)
 	}
 	if time.Since(start) > 20*time.Second {

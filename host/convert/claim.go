@@ -17,12 +17,13 @@ import (
 // it ends) by the one run writing that shard: byte 0 the tail, byte l+1
 // layer l. Runs of disjoint --layers share the directory; a run whose
 // layers another holds is refused up front, naming it, instead of the two
-// removing each other's files mid-write.
+// removing each other's files mid-write. (fcntl locks belong to a process:
+// conversions inside one process are not told apart, as the CLI runs one.)
 const LayersLock = ManifestDir + "/layers.lock"
 
 // claim locks the bytes of layers (-1: the tail) in LayersLock for this
-// run; the locks last until release.
-func (o *outDir) claim(layers []int) error {
+// run; the locks last until release. A refusal ends with advice.
+func (o *outDir) claim(layers []int, advice string) error {
 	if len(layers) == 0 {
 		return nil
 	}
@@ -42,13 +43,13 @@ func (o *outDir) claim(layers []int) error {
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) {
 			return fmt.Errorf("locking layers in %s: %w", o.d.Join(LayersLock), err)
 		}
-		return o.busy(r)
+		return o.busy(r, advice)
 	}
 	return nil
 }
 
 // busy says which run holds (part of) the byte range r, as fcntl knows it.
-func (o *outDir) busy(r [2]int64) error {
+func (o *outDir) busy(r [2]int64, advice string) error {
 	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: r[0], Len: r[1] - r[0]}
 	who, held := "another strata process", describeBytes(r[0], r[1])
 	if unix.FcntlFlock(o.lock.Fd(), unix.F_GETLK, &lk) == nil && lk.Type != unix.F_UNLCK {
@@ -61,7 +62,7 @@ func (o *outDir) busy(r [2]int64) error {
 		}
 		held = describeBytes(max(r[0], lk.Start), end)
 	}
-	return &outdir.Error{Dir: o.d.Path(), Reason: fmt.Sprintf("%s is converting %s into it (it holds their lock in %s); wait for it to finish, or convert other --layers", who, held, LayersLock), Err: outdir.ErrBusy}
+	return &outdir.Error{Dir: o.d.Path(), Reason: fmt.Sprintf("%s is converting %s into it (it holds their lock in %s); %s", who, held, LayersLock, advice), Err: outdir.ErrBusy}
 }
 
 // openLock opens LayersLock for writing (fcntl's write locks need it),

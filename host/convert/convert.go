@@ -153,7 +153,7 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 		// largest shard) alongside the layers rather than after them.
 		todo = append([]int{-1}, todo...)
 	}
-	if err := o.claim(todo); err != nil {
+	if err := o.claim(todo, "wait for it to finish, or convert other --layers"); err != nil {
 		return nil, err
 	}
 	prog := newProgress(opts.Progress, opts.TTY, p, todo)
@@ -168,7 +168,7 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 		prog.stop()
 		// Finalizing reads every shard and may write the tail: no other
 		// run may be writing one.
-		if err := o.claim(append([]int{-1}, p.layers...)); err != nil {
+		if err := o.claim(append([]int{-1}, p.layers...), "run --finalize again once it has finished"); err != nil {
 			return res, fmt.Errorf("cannot finalize yet: %w", err)
 		}
 		if err := o.finalize(ctx, res); err != nil {
