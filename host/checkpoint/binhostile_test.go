@@ -59,8 +59,8 @@ func TestBinDuplicateEntriesRefused(t *testing.T) {
 }
 
 // Broadcast (stride 0), overlapping and transposed views are written as
-// torch reads them (tensor.contiguous()), each element in full; the values
-// here are torch's for these views (checked with torch 2 when written).
+// torch reads them (tensor.contiguous()), each element in full: as_strided
+// semantics, checked against torch 2 for such views when written.
 func TestBinViewsWrittenAsTorchReadsThem(t *testing.T) {
 	t.Parallel()
 	storage := testbin.Float32s(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
@@ -70,7 +70,7 @@ func TestBinViewsWrittenAsTorchReadsThem(t *testing.T) {
 	}{
 		// torch.arange(12)[:4].expand(3, 4)
 		{testbin.TorchView{Key: "broadcast", Shape: []int64{3, 4}, Stride: []int64{0, 1}}, []float32{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}},
-		// position_ids as older torch saved them: expand((1, -1)) keeps stride 0
+		// stride 0 on a dimension of size 1, from an offset
 		{testbin.TorchView{Key: "position_ids", Shape: []int64{1, 6}, Stride: []int64{0, 1}, Offset: 2}, []float32{2, 3, 4, 5, 6, 7}},
 		// as_strided((5, 3), (2, 1), 1): rows overlap, 15 elements of 12
 		{testbin.TorchView{Key: "overlap", Shape: []int64{5, 3}, Stride: []int64{2, 1}, Offset: 1}, []float32{1, 2, 3, 3, 4, 5, 5, 6, 7, 7, 8, 9, 9, 10, 11}},

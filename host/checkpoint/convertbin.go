@@ -314,7 +314,8 @@ const maxDims = 64
 // last element it reaches: non-negative shape, strides and offset, and
 // every element it reaches inside the storage. Any strides are accepted
 // and written as torch reads them, each element in full: stride 0 (an
-// expand()ed buffer), overlapping rows (as_strided, unfold), transposes.
+// expand()ed buffer), overlapping rows (as_strided, unfold), transposes:
+// torch loads them, so refusing them would refuse checkpoints torch reads.
 // What that writes is bounded for the whole file by checkAmplification.
 func checkView(t binTensor, storageElems int64) (n, reach int64, err error) {
 	if len(t.shape) > maxDims || len(t.shape) != len(t.stride) {
