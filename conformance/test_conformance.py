@@ -518,25 +518,30 @@ def loads(loader, path):
         return False
 
 
+@pytest.mark.parametrize("weights", ["reference", "materialize"])
 @pytest.mark.parametrize("link", ["auto", "hardlink", "copy", "symlink"])
-def test_check_says_what_the_loaders_do(link, tmp_path):
+def test_check_says_what_the_loaders_do(link, weights, tmp_path):
     """strata check's verdict for each loader is what onnx and ONNX Runtime
     do with the export. The default (--link auto) clones where the file
     system can, which both load; where it cannot it hard-links (ONNX Runtime
     only), across file systems it copies, saying which; --link copy is what
-    the onnx package loads anywhere. (Run with --basetemp on a btrfs/XFS
-    mount for the reflink case: pytest's tmp_path decides the file system.)"""
+    the onnx package loads anywhere. Materialised, the model reads weights/
+    and checkpoint/ is provenance: --link auto's note advises --link copy
+    only where the onnx package really refuses the export. (Run with
+    --basetemp on a btrfs/XFS mount for the reflink case: pytest's tmp_path
+    decides the file system.)"""
     fx = Fixture("llama-bf16-sharded")
     src = tmp_path / "src"  # on tmp_path's file system, as the output
     shutil.copytree(fx.model, src)
     out = tmp_path / link
-    proc = subprocess.run([STRATA, "export", str(src), "--out", str(out), "--link", link], capture_output=True, text=True)
+    proc = subprocess.run([STRATA, "export", str(src), "--out", str(out), "--link", link, "--weights", weights], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     with open(out / "weight_spec.json") as f:
         used = {f["link"] for f in json.load(f)["files"] if f["kind"] == "checkpoint"}
     if link == "auto":  # reflink; else hardlink; across file systems, copy: each said
         assert used in ({"reflink"}, {"hardlink"}, {"copy"}), used
-        assert (used == {"hardlink"}) == ("hard-linked, not cloned" in proc.stderr), proc.stderr
+        said = weights == "reference" and used == {"hardlink"}
+        assert said == ("hard-linked, not cloned" in proc.stderr), proc.stderr
         assert (used == {"copy"}) == ("shards copied" in proc.stderr), proc.stderr
     check = subprocess.run([STRATA, "check", str(out), "--json"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
@@ -544,7 +549,8 @@ def test_check_says_what_the_loaders_do(link, tmp_path):
     model = str(out / "model.onnx")
     real = {"onnx": loads("onnx", model), "onnxruntime": loads("onnxruntime", model)}
     assert verdicts == real, (used, verdicts, real)
-    if used <= {"reflink", "copy"}:
+    assert ("--link copy" in proc.stderr) == (link == "auto" and not real["onnx"]), (proc.stderr, real)
+    if used <= {"reflink", "copy"} or weights == "materialize" and link != "symlink":
         assert real == {"onnx": True, "onnxruntime": True}
 
 

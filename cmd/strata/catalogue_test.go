@@ -670,7 +670,7 @@ func catalogue() []catalogueCase {
 		}
 		return s
 	}})
-	return cases
+	return append(cases, dataCases()...)
 }
 
 // aliasOf is another path to directory dir: dir itself, a symlink to it,

@@ -64,6 +64,9 @@ func compileCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if _, err := outFlag(c); err != nil {
+				return err
+			}
 			if err := checkCompileFlags(c, flags); err != nil {
 				return err
 			}

@@ -34,6 +34,10 @@ func convertCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			out, err := outFlag(c)
+			if err != nil {
+				return err
+			}
 			loc, err := locateModel(c, model) // a directory, a Hugging Face cache repository or hub id
 			if err != nil {
 				return err
@@ -47,15 +51,15 @@ func convertCommand() *cli.Command {
 				Progress: progressOut(c),
 				TTY:      isTerminal(c.App.ErrWriter),
 			}
-			if s := c.String("layers"); s != "" {
-				r, err := parseLayers(s)
+			if c.IsSet("layers") { // --layers "" is a mistake, not the whole model
+				r, err := parseLayers(c.String("layers"))
 				if err != nil {
 					return err
 				}
 				opts.Layers = &r
 			}
 			opts.MTP = pluginMTP(c, dir)
-			res, err := convert.Convert(c.Context, dir, c.String("out"), opts)
+			res, err := convert.Convert(c.Context, dir, out, opts)
 			if err != nil {
 				if c.Context.Err() != nil { // run reports only "interrupted"
 					fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", err)
@@ -69,6 +73,16 @@ func convertCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// outFlag is --out, which must name a directory: "" is refused (exit 2)
+// rather than taken for the current directory or compared with the source.
+func outFlag(c *cli.Context) (string, error) {
+	out := c.String("out")
+	if out == "" {
+		return "", usageError{`--out "": no output directory; pass --out DIR`}
+	}
+	return out, nil
 }
 
 // parseLayers parses "A-B" or "A".

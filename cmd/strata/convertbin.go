@@ -17,9 +17,14 @@ func convertBinCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "`DIR` for the safetensors checkpoint (new, empty, or an earlier conversion)"},
 			revisionFlag(),
+			&cli.Float64Flag{Name: "max-amplification", Value: checkpoint.DefaultMaxAmplification, Usage: "write at most `FACTOR` times the bytes of a .bin file's storages (tensors sharing a storage are each written in full; a file over the bound is refused, naming it)"},
 		},
 		Action: func(c *cli.Context) error {
 			model, err := oneArg(c, modelArgs)
+			if err != nil {
+				return err
+			}
+			out, err := outFlag(c)
 			if err != nil {
 				return err
 			}
@@ -27,7 +32,11 @@ func convertBinCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			res, err := checkpoint.ConvertBin(c.Context, loc.Dir, c.String("out"))
+			factor := c.Float64("max-amplification")
+			if !(factor >= 1) { // NaN too
+				return usageError{fmt.Sprintf("--max-amplification %v: give a factor of at least 1", factor)}
+			}
+			res, err := checkpoint.ConvertBinWith(c.Context, loc.Dir, out, checkpoint.BinOptions{MaxAmplification: factor})
 			if err != nil {
 				return err
 			}

@@ -32,7 +32,11 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opts, err := exportOptions(c, c.String("out"))
+			out, err := outFlag(c)
+			if err != nil {
+				return err
+			}
+			opts, err := exportOptions(c, out)
 			if err != nil {
 				return err
 			}

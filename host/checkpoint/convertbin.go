@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -64,7 +63,29 @@ type Converted struct {
 // complete conversion of the same source files is reused as it is. A
 // conversion that fails or is cancelled leaves none of its files behind, so
 // nothing in dst looks like a checkpoint.
-func ConvertBin(ctx context.Context, src, dst string) (res *Converted, err error) {
+func ConvertBin(ctx context.Context, src, dst string) (*Converted, error) {
+	return ConvertBinWith(ctx, src, dst, BinOptions{})
+}
+
+// DefaultMaxAmplification is how many times the bytes of its storages a
+// .bin file may write by default. Tensors sharing a storage are each
+// written in full (safetensors has no views): tied embeddings double a few
+// tensors, while 200,000 keys over one storage would turn megabytes into
+// gigabytes.
+const DefaultMaxAmplification = 4
+
+// BinOptions tunes ConvertBinWith.
+type BinOptions struct {
+	// MaxAmplification bounds the tensor bytes written for each .bin file
+	// to this multiple of its storages' bytes (0: the default).
+	MaxAmplification float64
+}
+
+// ConvertBinWith is ConvertBin with options.
+func ConvertBinWith(ctx context.Context, src, dst string, opts BinOptions) (res *Converted, err error) {
+	if opts.MaxAmplification == 0 {
+		opts.MaxAmplification = DefaultMaxAmplification
+	}
 	src, err = filepath.Abs(src)
 	if err != nil {
 		return nil, err
@@ -105,7 +126,7 @@ func ConvertBin(ctx context.Context, src, dst string) (res *Converted, err error
 	var total int64
 	for _, shard := range shards {
 		out := safetensorsName(shard, len(shards))
-		keys, bytes, err := convertShard(ctx, filepath.Join(src, shard), d, out)
+		keys, bytes, err := convertShard(ctx, filepath.Join(src, shard), d, out, opts.MaxAmplification)
 		if err != nil {
 			return nil, err
 		}
@@ -200,12 +221,15 @@ func reused(d *outdir.Dir, want conversion) bool {
 }
 
 // convertShard streams one .bin file's tensors into a safetensors file.
-func convertShard(ctx context.Context, src string, d *outdir.Dir, dst string) (keys []string, bytes int64, err error) {
+func convertShard(ctx context.Context, src string, d *outdir.Dir, dst string, maxAmplification float64) (keys []string, bytes int64, err error) {
 	a, tensors, err := openBin(src)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer a.Close()
+	if err := a.checkAmplification(tensors, maxAmplification); err != nil {
+		return nil, 0, err
+	}
 	entries := make([]Entry, len(tensors))
 	for i, t := range tensors {
 		entries[i] = Entry{Name: t.key, DType: t.dtype, Shape: t.shape}
@@ -237,82 +261,93 @@ func convertShard(ctx context.Context, src string, d *outdir.Dir, dst string) (k
 	return keys, bytes, w.Close()
 }
 
-// tensorBytes reads a tensor's elements, row-major, from its storage. The
-// view is checked against the storage's size before anything is allocated.
-func (a *binArchive) tensorBytes(ctx context.Context, t binTensor) ([]byte, error) {
+// storage finds a tensor's storage in the archive and its element size.
+func (a *binArchive) storage(t binTensor) (*zip.File, int64, error) {
 	f := a.find("data/" + t.storage)
 	if f == nil {
-		return nil, fmt.Errorf("storage %s is missing from the archive", t.storage)
+		return nil, 0, fmt.Errorf("storage %s is missing from the archive", t.storage)
 	}
 	if f.Method != zip.Store {
-		return nil, fmt.Errorf("storage %s is compressed (zip method %d); torch.save stores storages uncompressed: the file is not a torch.save archive", t.storage, f.Method)
+		return nil, 0, fmt.Errorf("storage %s is compressed (zip method %d); torch.save stores storages uncompressed: the file is not a torch.save archive", t.storage, f.Method)
 	}
 	info, _ := dtype.FromSafetensors(t.dtype)
 	size := int64(info.Bits / 8)
 	if size <= 0 {
-		return nil, fmt.Errorf("storage %s: dtype %s has no whole-byte size", t.storage, t.dtype)
+		return nil, 0, fmt.Errorf("storage %s: dtype %s has no whole-byte size", t.storage, t.dtype)
 	}
 	if f.UncompressedSize64 > uint64(math.MaxInt64) || f.UncompressedSize64 != f.CompressedSize64 {
-		return nil, fmt.Errorf("storage %s: inconsistent sizes in the archive", t.storage)
+		return nil, 0, fmt.Errorf("storage %s: inconsistent sizes in the archive", t.storage)
 	}
-	storageElems := int64(f.UncompressedSize64) / size
-	if err := checkView(t, storageElems); err != nil {
-		return nil, err
-	}
-	r, err := f.Open()
+	return f, size, nil
+}
+
+// tensorBytes reads a tensor's elements, row-major, from its storage. The
+// view is checked against the storage's size before anything is allocated,
+// and only the span of the storage it reaches is read: a checkpoint whose
+// tensors are views of one flat storage reads each byte once, not the whole
+// storage per tensor.
+func (a *binArchive) tensorBytes(ctx context.Context, t binTensor) ([]byte, error) {
+	f, size, err := a.storage(t)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	storage := make([]byte, storageElems*size)
-	if _, err := io.ReadFull(r, storage); err != nil {
+	n, reach, err := checkView(t, int64(f.UncompressedSize64)/size)
+	if err != nil || n == 0 {
+		return []byte{}, err
+	}
+	at, err := f.DataOffset()
+	if err != nil {
+		return nil, fmt.Errorf("storage %s: %w", t.storage, err)
+	}
+	span := make([]byte, (reach-t.offset+1)*size)
+	if _, err := a.r.ReadAt(span, at+t.offset*size); err != nil {
 		return nil, fmt.Errorf("reading storage %s: %w", t.storage, err)
 	}
-	return gather(ctx, storage, t.offset, t.shape, t.stride, size)
+	return gather(ctx, span, 0, t.shape, t.stride, size)
 }
 
 // maxDims bounds a tensor's rank (PyTorch allows 64).
 const maxDims = 64
 
 // checkView validates a tensor view against its storage of storageElems
-// elements, with overflow checks: non-negative shape, strides and offset;
-// every element it reaches inside the storage; and no more elements than
-// the storage holds (state dicts hold no broadcast views), which bounds
-// what is allocated by the file's own size.
-func checkView(t binTensor, storageElems int64) error {
+// elements, with overflow checks, and returns its element count and the
+// last element it reaches: non-negative shape, strides and offset, and
+// every element it reaches inside the storage. Any strides are accepted
+// and written as torch reads them, each element in full: stride 0 (an
+// expand()ed buffer), overlapping rows (as_strided, unfold), transposes:
+// torch loads them, so refusing them would refuse checkpoints torch reads.
+// What that writes is bounded for the whole file by checkAmplification.
+func checkView(t binTensor, storageElems int64) (n, reach int64, err error) {
 	if len(t.shape) > maxDims || len(t.shape) != len(t.stride) {
-		return fmt.Errorf("tensor view of rank %d with %d strides", len(t.shape), len(t.stride))
+		return 0, 0, fmt.Errorf("tensor view of rank %d with %d strides", len(t.shape), len(t.stride))
 	}
 	if t.offset < 0 {
-		return fmt.Errorf("negative storage offset %d", t.offset)
+		return 0, 0, fmt.Errorf("negative storage offset %d", t.offset)
 	}
-	n, reach := int64(1), t.offset
+	n, reach = 1, t.offset
 	for i, d := range t.shape {
 		s := t.stride[i]
 		if d < 0 || s < 0 {
-			return fmt.Errorf("negative size or stride in shape %v, stride %v", t.shape, t.stride)
+			return 0, 0, fmt.Errorf("negative size or stride in shape %v, stride %v", t.shape, t.stride)
 		}
 		if d != 0 && n > math.MaxInt64/d {
-			return fmt.Errorf("shape %v has too many elements", t.shape)
+			return 0, 0, fmt.Errorf("shape %v has too many elements", t.shape)
 		}
 		n *= d
 		if d > 0 {
 			if s != 0 && d-1 > (math.MaxInt64-reach)/s {
-				return fmt.Errorf("shape %v with stride %v reaches past any storage", t.shape, t.stride)
+				return 0, 0, fmt.Errorf("shape %v with stride %v reaches past any storage", t.shape, t.stride)
 			}
 			reach += (d - 1) * s
 		}
 	}
 	if n == 0 {
-		return nil
+		return 0, 0, nil
 	}
 	if reach >= storageElems {
-		return fmt.Errorf("view (offset %d, shape %v, stride %v) reaches element %d of a storage of %d elements", t.offset, t.shape, t.stride, reach, storageElems)
+		return 0, 0, fmt.Errorf("view (offset %d, shape %v, stride %v) reaches element %d of a storage of %d elements", t.offset, t.shape, t.stride, reach, storageElems)
 	}
-	if n > storageElems {
-		return fmt.Errorf("view of shape %v holds %d elements, more than its storage's %d (overlapping or broadcast strides %v are not supported in a state dict)", t.shape, n, storageElems, t.stride)
-	}
-	return nil
+	return n, reach, nil
 }
 
 // gather copies a (possibly strided) view, checked by checkView, out of its

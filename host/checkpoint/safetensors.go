@@ -137,6 +137,9 @@ func (p *parserPool) Put(x *fastjson.Parser) {
 // took 3.8 ms for one GLM-4.6 shard's header (a Decoder per entry, to refuse
 // unknown fields), a third of the export over its 144 shards; fastjson 0.25.
 func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
+	if err := checkSurrogates(header); err != nil {
+		return nil, err
+	}
 	p := parsers.Get()
 	defer parsers.Put(p)
 	v, err := p.ParseBytes(header)
@@ -203,6 +206,9 @@ func (in shapeInterner) intern(shape []int64) []int64 {
 // parseEntry reads {"dtype": ..., "shape": [...], "data_offsets": [b, e]}
 // and checks it against the file.
 func parseEntry(key string, v *fastjson.Value, sh Shard, dataBytes int64) (Tensor, error) {
+	if err := CheckName(key); err != nil {
+		return Tensor{}, err
+	}
 	t, offsets, err := entryFields(v)
 	if err != nil {
 		return Tensor{}, fmt.Errorf("tensor %s: invalid header entry: %w", key, err)

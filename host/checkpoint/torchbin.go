@@ -56,10 +56,12 @@ var storageDTypes = map[string]string{
 
 // binArchive is an open .bin file.
 type binArchive struct {
-	path   string
-	zip    *zip.Reader
-	file   io.Closer
-	prefix string // the archive's top directory
+	path    string
+	r       io.ReaderAt
+	zip     *zip.Reader
+	file    io.Closer
+	prefix  string               // the archive's top directory
+	entries map[string]*zip.File // by name, each name once
 }
 
 // openBin opens a .bin file (a regular file only: a FIFO never hangs it)
@@ -84,7 +86,7 @@ func readBin(name string, r io.ReaderAt, size int64) (*binArchive, []binTensor, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: not a zip-format PyTorch file (torch.save since 1.6): %w", name, err)
 	}
-	a := &binArchive{path: name, zip: z}
+	a := &binArchive{path: name, r: r, zip: z}
 	tensors, err := a.readPickle()
 	if err != nil {
 		return nil, nil, err
@@ -100,19 +102,35 @@ func (a *binArchive) Close() error {
 }
 
 func (a *binArchive) find(name string) *zip.File {
+	return a.entries[a.prefix+name]
+}
+
+// index maps the archive's entries by name. A name twice, or a second
+// data.pkl under another directory, is refused: readers disagree on which
+// copy counts (torch reads the last, strata would read the first), so what
+// strata converts would not be what torch loads.
+func (a *binArchive) index() error {
+	a.entries = make(map[string]*zip.File, len(a.zip.File))
+	var pickles []string
 	for _, f := range a.zip.File {
-		if f.Name == a.prefix+name {
-			return f
+		if _, dup := a.entries[f.Name]; dup {
+			return fmt.Errorf("%s: the archive holds %q twice: torch and strata would read different copies, so strata refuses it (torch.save writes each entry once: the file is corrupt or crafted)", a.path, f.Name)
 		}
+		a.entries[f.Name] = f
+		if path.Base(f.Name) == "data.pkl" {
+			pickles = append(pickles, f.Name)
+			a.prefix = strings.TrimSuffix(f.Name, "data.pkl")
+		}
+	}
+	if len(pickles) > 1 {
+		return fmt.Errorf("%s: the archive holds %d pickles (%s): torch and strata could read different ones, so strata refuses it (torch.save writes one data.pkl)", a.path, len(pickles), strings.Join(pickles, ", "))
 	}
 	return nil
 }
 
 func (a *binArchive) readPickle() ([]binTensor, error) {
-	for _, f := range a.zip.File {
-		if path.Base(f.Name) == "data.pkl" {
-			a.prefix = strings.TrimSuffix(f.Name, "data.pkl")
-		}
+	if err := a.index(); err != nil {
+		return nil, err
 	}
 	pkl := a.find("data.pkl")
 	if pkl == nil {
@@ -229,7 +247,7 @@ func (rebuildTensor) Call(args ...any) (any, error) {
 	t := binTensor{dtype: st.dtype, shape: shape, stride: stride, offset: int64(offset), storage: st.key}
 	// The storage's size is checked when its bytes are read; what can be
 	// refused without it is refused here, before anything is allocated.
-	if err := checkView(t, math.MaxInt64); err != nil {
+	if _, _, err := checkView(t, math.MaxInt64); err != nil {
 		return nil, fmt.Errorf("_rebuild_tensor_v2: %w", err)
 	}
 	return t, nil
@@ -285,6 +303,9 @@ func stateDict(file string, v any) ([]binTensor, error) {
 		t, ok2 := e.Value.(binTensor)
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("%s: state dict entry %v is not a named tensor", file, e.Key)
+		}
+		if err := CheckName(key); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
 		}
 		t.key = key
 		out = append(out, t)

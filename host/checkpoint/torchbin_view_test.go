@@ -67,7 +67,7 @@ func TestBinViewsAreValidated(t *testing.T) {
 		{"negative shape", 0, []int64{-1}, []int64{1}, "negative size or stride"},
 		{"huge shape", 0, []int64{math.MaxInt64}, []int64{1}, "reaches element"},
 		{"overflowing shape", 0, []int64{huge, huge, huge}, []int64{1, 1, 1}, "too many elements"},
-		{"zero strides", 0, []int64{huge, huge}, []int64{0, 0}, "more than its storage"},
+		{"zero strides", 0, []int64{huge, huge}, []int64{0, 0}, "more than the 4× strata allows"},
 		{"negative stride", 0, []int64{2}, []int64{-1}, "negative size or stride"},
 		{"negative offset", -1, []int64{2}, []int64{1}, "negative storage offset"},
 		{"past the storage", 3, []int64{2}, []int64{1}, "reaches element 4 of a storage of 4"},

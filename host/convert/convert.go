@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -145,11 +146,15 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 		return nil, err
 	}
 	defer o.d.Close()
+	defer o.release()
 	res.Out = o.dir
 	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
 		// A whole run writes the tail (embeddings and head: often the
 		// largest shard) alongside the layers rather than after them.
 		todo = append([]int{-1}, todo...)
+	}
+	if err := o.claim(todo, "wait for it to finish, or convert other --layers"); err != nil {
+		return nil, err
 	}
 	prog := newProgress(opts.Progress, opts.TTY, p, todo)
 	defer prog.stop()
@@ -161,6 +166,11 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	}
 	if opts.Layers == nil || opts.Finalize {
 		prog.stop()
+		// Finalizing reads every shard and may write the tail: no other
+		// run may be writing one.
+		if err := o.claim(append([]int{-1}, p.layers...), "run --finalize again once it has finished"); err != nil {
+			return res, fmt.Errorf("cannot finalize yet: %w", err)
+		}
 		if err := o.finalize(ctx, res); err != nil {
 			return res, err
 		}
@@ -233,6 +243,8 @@ type outDir struct {
 	dir string // absolute, for messages
 	p   *plan
 	run runInfo
+	// lock is LayersLock, open while this run holds layers (claim).
+	lock *os.File
 }
 
 // runInfo identifies a conversion: the same source headers, config and

@@ -151,7 +151,11 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	}
 	if e.opts.Link == weights.LinkAuto && len(ckpt.Shards) > 0 {
 		var reason string
-		if e.opts.Link, reason = weights.ResolveAuto(e.out.Dir, ckpt.Shards[0].Path); reason != "" {
+		e.opts.Link, reason = weights.ResolveAuto(e.out.Dir, ckpt.Shards[0].Path)
+		// Materialised, the model reads weights/ (one link per file) and
+		// checkpoint/ is provenance: the onnx package loads the export, and
+		// --link copy would only duplicate the checkpoint. Nothing to say.
+		if reason != "" && !(e.opts.Weights == weights.Materialize && e.opts.Link == weights.LinkHard) {
 			e.notes = append(e.notes, reason)
 		}
 		for _, m := range e.separate { // built before the directory was there to probe
