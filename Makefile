@@ -3,7 +3,10 @@ GO      ?= go
 PYTHON  ?= python3
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
-PLUGINS := $(notdir $(wildcard plugins/*))
+# Each plugin is a library (plugins/NAME) and a one-line main
+# (cmd/strata-plugin-NAME), so `go install ./cmd/...` names its binary as
+# discovery expects.
+PLUGINS := $(patsubst cmd/strata-plugin-%,%,$(wildcard cmd/strata-plugin-*))
 TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
@@ -22,8 +25,8 @@ build:
 	$(GO) build -o bin/strata-transformcases ./internal/cmd/transformcases
 	$(GO) build -o bin/strata-routercases ./internal/cmd/routercases
 	$(GO) build -o bin/probe/strata-plugin-llama ./internal/probeplugin
-	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
-		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
+	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./cmd/strata-plugin-$$p"; \
+		$(GO) build -o bin/strata-plugin-$$p ./cmd/strata-plugin-$$p || exit 1; done
 
 # Export the tiny Llama in examples/, greedy-decode it with ONNX Runtime,
 # compare with transformers.
