@@ -94,14 +94,21 @@ def test_ctrl_c_stops_strata(fake_plugin_dir, tmp_path):
         strata.export({TINY!r}, out={str(out)!r}, plugin_dirs=[{fake_plugin_dir!r}])
     """)
     py = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not any(p != py.pid for p in strata_processes(str(out))):  # strata started, waiting on Plan
-        assert time.monotonic() < deadline and py.poll() is None, "strata never started"
-        time.sleep(0.1)
-    time.sleep(1)
-    start = time.monotonic()
-    py.send_signal(signal.SIGINT)
-    _, err = py.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p != py.pid for p in strata_processes(str(out))):  # strata started, waiting on Plan
+            assert time.monotonic() < deadline and py.poll() is None, "strata never started"
+            time.sleep(0.1)
+        time.sleep(1)
+        start = time.monotonic()
+        py.send_signal(signal.SIGINT)
+        _, err = py.communicate(timeout=30)
+    finally:  # a failure leaves nothing running
+        for pid in ([py.pid] if py.poll() is None else []) + strata_processes(str(out)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert py.returncode != 0 and "KeyboardInterrupt" in err, err
     assert time.monotonic() - start < 10, "strata took more than 10 s to stop"
     assert strata_processes(str(out)) == [] and strata_processes(fake_plugin_dir) == [], "strata or its plugin outlived Python"
