@@ -2,9 +2,11 @@
 virtualenv): its functions, their results and errors, Ctrl-C, and the
 README's notebook example."""
 
+import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -125,3 +127,16 @@ def test_readme_notebook_example(tmp_path):
     proc = subprocess.run([sys.executable, "-c", block.group(1)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "identical to transformers" in proc.stdout, proc.stdout
+
+
+def test_inspect_of_an_unexportable_checkpoint_raises_with_the_description(tmp_path):
+    """inspect exits 1 for a checkpoint no plugin handles, after printing its
+    description: the exception carries both."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bogus", "architectures": ["BogusForCausalLM"]}))
+    header = json.dumps({"model.layers.0.w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    with pytest.raises(strata.StrataError) as info:
+        strata.inspect(tmp_path)
+    err = info.value
+    assert err.exit_code == 1 and "no plugin handles model_type bogus" in err.message, err.message
+    assert err.result is not None and err.result["supported"] is False and err.result["model_type"] == "bogus", err.result
