@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -114,7 +115,7 @@ func reportConvert(w io.Writer, res *convert.Result, opts convert.Options) {
 	}
 	fmt.Fprintf(w, "%s: %d of %d layers written by this run, %d already present, in %s\n", what, len(res.Written), res.Layers, len(res.Kept), res.Out)
 	if opts.Task != nil {
-		fmt.Fprintf(w, "  %s (--layers auto): layers %s\n", opts.Task, layerList(append(res.Written, res.Kept...)))
+		fmt.Fprintf(w, "  %s (--layers auto): layers %s\n", opts.Task, layerList(slices.Concat(res.Written, res.Kept)))
 	}
 	if !res.Finalized {
 		fmt.Fprintf(w, "  not finalized: run with --finalize once every layer is converted (the index appears only then)\n")
