@@ -136,11 +136,5 @@ func TestLayersAutoOutsideASchedulerIsRefused(t *testing.T) {
 }
 
 func withoutSchedulerEnv(env []string) []string {
-	var out []string
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "JOB_COMPLETION_INDEX=") && !strings.HasPrefix(kv, "SLURM_ARRAY_") {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return withoutEnv(env, "JOB_COMPLETION_INDEX=", "SLURM_ARRAY_")
 }
