@@ -3,7 +3,10 @@ GO      ?= go
 PYTHON  ?= python3
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
-PLUGINS := $(notdir $(wildcard plugins/*))
+# Each plugin is a library (plugins/NAME) and a one-line main
+# (cmd/strata-plugin-NAME), so `go install ./cmd/...` names its binary as
+# discovery expects.
+PLUGINS := $(patsubst cmd/strata-plugin-%,%,$(wildcard cmd/strata-plugin-*))
 TESTENV := .venv/test
 GENENV  := .venv/gen
 TOOLENV := .venv/tools
@@ -11,7 +14,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance test-client test-outoftree lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
+.PHONY: all build install demo test test-go test-conformance test-client test-outoftree test-python test-go-install lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
 
 all: build
 
@@ -22,8 +25,14 @@ build:
 	$(GO) build -o bin/strata-transformcases ./internal/cmd/transformcases
 	$(GO) build -o bin/strata-routercases ./internal/cmd/routercases
 	$(GO) build -o bin/probe/strata-plugin-llama ./internal/probeplugin
-	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
-		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
+	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./cmd/strata-plugin-$$p"; \
+		$(GO) build -o bin/strata-plugin-$$p ./cmd/strata-plugin-$$p || exit 1; done
+
+# strata and every plugin into PREFIX/bin, side by side as discovery expects
+# (what `go install ./cmd/...` puts in GOBIN).
+PREFIX ?= /usr/local
+install:
+	GOBIN=$(abspath $(PREFIX)/bin) $(GO) install -ldflags "$(LDFLAGS)" ./cmd/strata $(addprefix ./cmd/strata-plugin-,$(PLUGINS))
 
 # Export the tiny Llama in examples/, greedy-decode it with ONNX Runtime,
 # compare with transformers.
@@ -73,8 +82,9 @@ $(BENCHENV)/.installed: bench/torch/requirements.txt
 
 # Everything CI runs: lint, Go tests, a short fuzz run of every parser, the
 # conformance suite against ONNX Runtime, the real clients of `strata
-# convert` output, and the out-of-tree plugin example.
-test: lint test-go fuzz test-conformance test-client test-outoftree
+# convert` output, the out-of-tree plugin example, and the two installs
+# (pip's wheel with the Python API, go install's binaries).
+test: lint test-go fuzz test-conformance test-client test-outoftree test-python test-go-install
 
 lint:
 	$(GO) vet ./...
@@ -118,6 +128,23 @@ test-outoftree: build $(TESTENV)/.installed
 	cd $(OUTOFTREE) && $(GO) vet ./... && $(GO) test ./... && $(GO) build -o $(CURDIR)/bin/outoftree/strata-plugin-qwen2 .
 	$(TESTENV)/bin/python conformance/check_plugin.py check $(OUTOFTREE)/testdata/tiny-qwen2/model \
 		--reference $(OUTOFTREE)/testdata/tiny-qwen2/reference.npz --plugin-dir bin/outoftree --layerwise
+
+# pip install as a user does it: the wheel (Go binaries built by its hook)
+# into a fresh virtualenv, then the Python API tests and the README's
+# notebook example there (python/tests).
+test-python: $(TESTENV)/.installed
+	rm -rf bin/wheel bin/wheel-venv
+	$(TESTENV)/bin/python -m pip wheel -q --disable-pip-version-check --no-deps -w bin/wheel .
+	$(PYTHON) -m venv bin/wheel-venv
+	bin/wheel-venv/bin/pip install -q --disable-pip-version-check bin/wheel/strata_onnx-*.whl -r python/requirements-test.txt
+	cd python/tests && ../../bin/wheel-venv/bin/python -m pytest -q -rA -p no:cacheprovider .
+
+# go install ./... into an empty GOBIN: strata finds every plugin next to
+# itself and exports fixtures that reproduce transformers.
+test-go-install: $(TESTENV)/.installed
+	rm -rf bin/gobin
+	GOBIN=$(CURDIR)/bin/gobin $(GO) install ./...
+	cd python/tests && STRATA_TEST_BIN=$(CURDIR)/bin/gobin ../../$(TESTENV)/bin/python -m pytest -q -rA -p no:cacheprovider test_installed.py
 
 $(CLIENTENV)/.installed: conformance/requirements-client.txt
 	$(PYTHON) -m venv $(CLIENTENV)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -26,9 +27,15 @@ func archsCommand() *cli.Command {
 			defer reg.Close()
 			report := archsReportOf(reg)
 			if c.Bool("json") {
-				return emitJSON(c, report)
+				if err := emitJSON(c, report); err != nil {
+					return err
+				}
+			} else {
+				report.print(textOut(c))
 			}
-			report.print(textOut(c))
+			if len(report.Plugins) == 0 {
+				return noPluginsError(report.SearchPath)
+			}
 			return nil
 		},
 	}
@@ -89,13 +96,6 @@ func (r archsReport) print(w io.Writer) {
 			fmt.Fprintf(w, "%s (%s)\n  SKIPPED: %s\n", s.Path, s.FoundVia, s.Reason)
 		}
 	}()
-	if len(r.Plugins) == 0 {
-		fmt.Fprintln(w, "no strata-plugin-* binaries found; looked in:")
-		for _, d := range r.SearchPath {
-			fmt.Fprintf(w, "  %s (%s)\n", d.Dir, d.Source)
-		}
-		return
-	}
 	for _, p := range r.Plugins {
 		if p.Error != "" {
 			fmt.Fprintf(w, "%s  %s (%s)\n  FAILED: %s\n", p.Name, p.Path, p.FoundVia, p.Error)
@@ -114,6 +114,19 @@ func (r archsReport) print(w io.Writer) {
 			}
 		}
 	}
+}
+
+// noPluginsError is archs finding no plugin at all: an installation that
+// cannot export anything, so it fails (exit 1) and says where it looked.
+func noPluginsError(dirs []plugins.SearchDir) error {
+	var b strings.Builder
+	b.WriteString("no strata-plugin-* binaries found; looked in:")
+	for _, d := range dirs {
+		fmt.Fprintf(&b, "\n  %s (%s)", d.Dir, d.Source)
+	}
+	b.WriteString("\nbuild them beside strata (make build; go install github.com/strata-llm/strata/cmd/...@latest; pip install .)" +
+		", or name their directory with --plugin-dir or " + plugins.EnvPath)
+	return errors.New(b.String())
 }
 
 // printOptions lists plugin options as export takes them.

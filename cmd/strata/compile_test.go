@@ -183,7 +183,7 @@ func glmPlugins(t *testing.T) string {
 	t.Helper()
 	glmOnce.Do(func() {
 		glmBuilt = filepath.Join(filepath.Dir(llamaDir), "glm")
-		_, glmErr = testbin.Build(glmBuilt, "strata-plugin-glm", "./plugins/glm")
+		_, glmErr = testbin.Build(glmBuilt, "strata-plugin-glm", "./cmd/strata-plugin-glm")
 	})
 	if glmErr != nil {
 		t.Fatal(glmErr)

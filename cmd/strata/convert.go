@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,7 +25,8 @@ func convertCommand() *cli.Command {
 			revisionFlag(),
 			&cli.StringFlag{Name: "dtype", Usage: "write float tensors as bfloat16, float16 or float32, dequantising FP8 and MXFP4 sources (default: as stored)"},
 			&cli.StringFlag{Name: "quantize", Usage: "none (dequantise a quantised source to --dtype, bfloat16 by default), fp8-block (E4M3 + weight_scale_inv per 128×128 block: transformers' FineGrainedFP8) or fp8-dynamic (compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations)"},
-			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
+			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR; auto: this scheduler task's share (JOB_COMPLETION_INDEX of a Kubernetes Indexed Job, SLURM_ARRAY_TASK_ID of a Slurm array)"},
+			&cli.IntFlag{Name: "tasks", Usage: "with --layers auto: how many tasks share the conversion (a Kubernetes Job's completions; a Slurm array's SLURM_ARRAY_TASK_COUNT by default)"},
 			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
 			jsonFlag(),
@@ -51,8 +53,17 @@ func convertCommand() *cli.Command {
 				Progress: progressOut(c),
 				TTY:      isTerminal(c.App.ErrWriter),
 			}
-			if c.IsSet("layers") { // --layers "" is a mistake, not the whole model
-				r, err := parseLayers(c.String("layers"))
+			if c.IsSet("tasks") && (c.String("layers") != "auto" || c.Int("tasks") < 1) {
+				return usageError{fmt.Sprintf("--tasks %d: give a count ≥ 1, with --layers auto", c.Int("tasks"))}
+			}
+			if s := c.String("layers"); s == "auto" {
+				t, err := schedulerTask(os.Getenv, c.Int("tasks"))
+				if err != nil {
+					return err
+				}
+				opts.Task = &t
+			} else if c.IsSet("layers") { // --layers "" is a mistake, not the whole model
+				r, err := parseLayers(s)
 				if err != nil {
 					return err
 				}
@@ -117,6 +128,9 @@ func reportConvert(w io.Writer, res *convert.Result, opts convert.Options) {
 		what += ", quantised " + opts.Quantize
 	}
 	fmt.Fprintf(w, "%s: %d of %d layers written by this run, %d already present, in %s\n", what, len(res.Written), res.Layers, len(res.Kept), res.Out)
+	if opts.Task != nil {
+		fmt.Fprintf(w, "  %s (--layers auto): layers %s\n", opts.Task, layerList(slices.Concat(res.Written, res.Kept)))
+	}
 	if !res.Finalized {
 		fmt.Fprintf(w, "  not finalized: run with --finalize once every layer is converted (the index appears only then)\n")
 		return

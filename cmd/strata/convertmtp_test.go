@@ -38,7 +38,7 @@ func TestMTPDescriptionFromPlan(t *testing.T) {
 func TestConvertTakesMTPFromThePlugin(t *testing.T) {
 	t.Parallel()
 	glmDir := t.TempDir()
-	if _, err := testbin.Build(glmDir, "strata-plugin-glm", "./plugins/glm"); err != nil {
+	if _, err := testbin.Build(glmDir, "strata-plugin-glm", "./cmd/strata-plugin-glm"); err != nil {
 		t.Fatal(err)
 	}
 	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "glm-f32-mtp", "model")

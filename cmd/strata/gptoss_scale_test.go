@@ -19,7 +19,7 @@ import (
 func TestGptOss120BHeaderOnly(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if _, err := testbin.Build(dir, "strata-plugin-gptoss", "./plugins/gptoss"); err != nil {
+	if _, err := testbin.Build(dir, "strata-plugin-gptoss", "./cmd/strata-plugin-gptoss"); err != nil {
 		t.Fatal(err)
 	}
 	src := testbin.HeaderOnly(t, "gpt-oss-120b")

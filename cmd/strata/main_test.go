@@ -62,10 +62,10 @@ func testMain(m *testing.M) int {
 }
 
 func setup(tmp string) error {
-	if _, err := testbin.Build(llamaDir, "strata-plugin-llama", "./plugins/llama"); err != nil {
+	if _, err := testbin.Build(llamaDir, "strata-plugin-llama", "./cmd/strata-plugin-llama"); err != nil {
 		return err
 	}
-	if _, err := testbin.Build(qwenDir, "strata-plugin-qwen3moe", "./plugins/qwen3moe"); err != nil {
+	if _, err := testbin.Build(qwenDir, "strata-plugin-qwen3moe", "./cmd/strata-plugin-qwen3moe"); err != nil {
 		return err
 	}
 	var err error

@@ -72,7 +72,7 @@ func splitMTP(t *testing.T) string {
 func TestStandaloneMTPFileIsSeen(t *testing.T) {
 	t.Parallel()
 	glmDir := t.TempDir()
-	if _, err := testbin.Build(glmDir, "strata-plugin-glm", "./plugins/glm"); err != nil {
+	if _, err := testbin.Build(glmDir, "strata-plugin-glm", "./cmd/strata-plugin-glm"); err != nil {
 		t.Fatal(err)
 	}
 	dir := splitMTP(t)

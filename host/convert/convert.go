@@ -59,6 +59,9 @@ type Options struct {
 	Quantize string // "" (as stored), "none" (dequantise), "fp8-block", "fp8-dynamic"
 	// Layers limits which decoder layers this run converts; nil: all.
 	Layers *Range
+	// Task, instead of Layers: this run converts the task's share of the
+	// layers (Task.share) and, like Layers, leaves finalizing to --finalize.
+	Task *Task
 	// FinalizeOnly: with Layers nil, convert no layer; write tail, index and
 	// configs if every layer is present. With Layers, convert them, then
 	// finalize. (Without either, a run converts everything and finalizes.)
@@ -102,6 +105,9 @@ func (o *Options) validate() error {
 	}
 	if o.Layers != nil && (o.Layers.From < 0 || o.Layers.To < o.Layers.From) {
 		return usage.Errorf("--layers %s: give FIRST-LAST with 0 ≤ FIRST ≤ LAST", o.Layers)
+	}
+	if o.Task != nil && (o.Layers != nil || o.Task.Count < 1 || o.Task.Index < 0 || o.Task.Index >= o.Task.Count) {
+		return usage.Errorf("%s: a task index must be 0 ≤ index < count, without --layers FIRST-LAST", o.Task)
 	}
 	if o.Jobs <= 0 {
 		o.Jobs = 1
@@ -148,7 +154,7 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	defer o.d.Close()
 	defer o.release()
 	res.Out = o.dir
-	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
+	if opts.Layers == nil && opts.Task == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
 		// A whole run writes the tail (embeddings and head: often the
 		// largest shard) alongside the layers rather than after them.
 		todo = append([]int{-1}, todo...)
@@ -164,7 +170,7 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	if err != nil {
 		return res, err
 	}
-	if opts.Layers == nil || opts.Finalize {
+	if (opts.Layers == nil && opts.Task == nil) || opts.Finalize {
 		prog.stop()
 		// Finalizing reads every shard and may write the tail: no other
 		// run may be writing one.
@@ -182,6 +188,9 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 
 // selectLayers is the layers this run converts.
 func (p *plan) selectLayers() ([]int, error) {
+	if t := p.opts.Task; t != nil {
+		return t.share(p.layers), nil
+	}
 	if p.opts.Layers == nil {
 		if p.opts.Finalize {
 			return nil, nil

@@ -30,7 +30,7 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	for _, p := range []string{"llama", "qwen3vl"} {
-		if _, err := testbin.Build(dir, "strata-plugin-"+p, "./plugins/"+p); err != nil {
+		if _, err := testbin.Build(dir, "strata-plugin-"+p, "./cmd/strata-plugin-"+p); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

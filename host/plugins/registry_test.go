@@ -17,7 +17,7 @@ import (
 // the limits are raised on the host and in the plugin.
 func TestMessagesBeyondFourMiB(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := testbin.Build(dir, "strata-plugin-llama", "./plugins/llama"); err != nil {
+	if _, err := testbin.Build(dir, "strata-plugin-llama", "./cmd/strata-plugin-llama"); err != nil {
 		t.Fatal(err)
 	}
 	reg := Load(context.Background(), []SearchDir{{dir, "test"}}, Options{Timeout: time.Minute})

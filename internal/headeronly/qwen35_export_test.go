@@ -26,7 +26,7 @@ func TestQwen35Export(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testbin.Build(bin, "strata-plugin-qwen35", "./plugins/qwen35"); err != nil {
+	if _, err := testbin.Build(bin, "strata-plugin-qwen35", "./cmd/strata-plugin-qwen35"); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]string{ // fixture: the field declaring MTP layers

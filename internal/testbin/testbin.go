@@ -25,7 +25,7 @@ func Root() string {
 }
 
 // Build compiles the package at pkg (relative to the repository root, e.g.
-// "./plugins/llama") into dir/name.
+// "./cmd/strata-plugin-llama") into dir/name.
 func Build(dir, name, pkg string) (string, error) {
 	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", out, pkg)

@@ -1,4 +1,4 @@
-// Command strata-plugin-gemma3 exports Gemma-3 text checkpoints (model_type
+// Package gemma3 exports Gemma-3 text checkpoints (model_type
 // gemma3_text, Gemma3ForCausalLM) as transformers' modeling_gemma3.py
 // computes them: RMSNorms weighing by 1 + w in float32 before and after
 // both sublayers and on the per-head queries and keys, a GeGLU MLP (tanh
@@ -16,7 +16,7 @@
 // unbound. Gemma3ForConditionalGeneration embeds text tokens as
 // Gemma3ForCausalLM does but never applies final_logit_softcapping. Its
 // keys come in every layout transformers loads (mmPrefixes).
-package main
+package gemma3
 
 import (
 	"fmt"
@@ -29,7 +29,8 @@ import (
 	"github.com/strata-llm/strata/sdk/hf"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the gemma3 plugin; cmd/strata-plugin-gemma3 serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 const (
 	kindSliding, kindFull = "sliding", "full"

@@ -1,4 +1,4 @@
-package main
+package gemma3
 
 import (
 	"context"

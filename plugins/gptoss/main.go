@@ -1,7 +1,8 @@
-// Command strata-plugin-gptoss is the strata plugin for gpt-oss checkpoints
+// Package gptoss is the strata plugin for gpt-oss checkpoints
 // (model_type gpt_oss, GptOssForCausalLM: gpt-oss-20b and gpt-oss-120b).
-package main
+package gptoss
 
 import "github.com/strata-llm/strata/sdk"
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the gptoss plugin; cmd/strata-plugin-gptoss serves it.
+func Plugin() sdk.Architecture { return plugin }

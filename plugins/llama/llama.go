@@ -1,4 +1,4 @@
-package main
+package llama
 
 import "github.com/strata-llm/strata/sdk/decoder"
 

@@ -1,7 +1,8 @@
-// Command strata-plugin-llama is the strata plugin for Llama-family
+// Package llama is the strata plugin for Llama-family
 // checkpoints (model_type llama, LlamaForCausalLM).
-package main
+package llama
 
 import "github.com/strata-llm/strata/sdk"
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the llama plugin; cmd/strata-plugin-llama serves it.
+func Plugin() sdk.Architecture { return plugin }

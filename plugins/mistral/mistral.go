@@ -1,8 +1,8 @@
-// Command strata-plugin-mistral exports Mistral checkpoints (model_type
+// Package mistral exports Mistral checkpoints (model_type
 // mistral, MistralForCausalLM) as transformers' modeling_mistral.py
 // computes them: Llama's decoder without biases, every layer attending to
 // the last sliding_window positions unless sliding_window is null.
-package main
+package mistral
 
 import (
 	"fmt"
@@ -11,7 +11,8 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the mistral plugin; cmd/strata-plugin-mistral serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "mistral", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "mistral", HFArchitectures: []string{"MistralForCausalLM"}, Name: "Mistral", Load: load,

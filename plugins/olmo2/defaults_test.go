@@ -1,4 +1,4 @@
-package main
+package olmo2
 
 import (
 	"testing"

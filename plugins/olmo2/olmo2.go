@@ -1,9 +1,9 @@
-// Command strata-plugin-olmo2 exports OLMo-2 checkpoints (model_type olmo2,
+// Package olmo2 exports OLMo-2 checkpoints (model_type olmo2,
 // Olmo2ForCausalLM) as transformers' modeling_olmo2.py computes them:
 // Llama's decoder with its norms after the sublayers instead of before
 // (post_attention_layernorm on attention's output, post_feedforward_layernorm
 // on the MLP's, no input_layernorm) and q/k RMSNorms over all heads at once.
-package main
+package olmo2
 
 import (
 	"fmt"
@@ -12,7 +12,8 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the olmo2 plugin; cmd/strata-plugin-olmo2 serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "olmo2", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "olmo2", HFArchitectures: []string{"Olmo2ForCausalLM"}, Name: "Olmo2", Load: load,

@@ -1,11 +1,11 @@
-// Command strata-plugin-phi3 exports Phi-3 checkpoints (model_type phi3,
+// Package phi3 exports Phi-3 checkpoints (model_type phi3,
 // Phi3ForCausalLM: Phi-3, Phi-3.5, Phi-4-mini) as transformers'
 // modeling_phi3.py computes them: Llama's decoder without biases, with q, k
 // and v stored as one self_attn.qkv_proj and the MLP's gate and up as one
 // mlp.gate_up_proj (bound as row slices of the stored tensors), partial
 // rotary, default or longrope RoPE, and sliding_window on every layer when
 // it is set.
-package main
+package phi3
 
 import (
 	"fmt"
@@ -15,7 +15,8 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the phi3 plugin; cmd/strata-plugin-phi3 serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "phi3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "phi3", HFArchitectures: []string{"Phi3ForCausalLM"}, Name: "Phi3", Load: load,

@@ -1,4 +1,4 @@
-package main
+package phi3
 
 import (
 	"context"

@@ -1,7 +1,7 @@
-// Command strata-plugin-qwen3 exports Qwen3 dense checkpoints (model_type
+// Package qwen3 exports Qwen3 dense checkpoints (model_type
 // qwen3). It is the walk-through of docs/plugins.md: a new architecture is
 // what differs from the common decoder, here q/k norms.
-package main
+package qwen3
 
 import (
 	"fmt"
@@ -10,7 +10,8 @@ import (
 	"github.com/strata-llm/strata/sdk/decoder"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the qwen3 plugin; cmd/strata-plugin-qwen3 serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "qwen3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3", HFArchitectures: []string{"Qwen3ForCausalLM"}, Name: "Qwen3", Load: load,

@@ -1,4 +1,4 @@
-package main
+package qwen3
 
 import (
 	"context"

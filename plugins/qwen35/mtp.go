@@ -1,4 +1,4 @@
-package main
+package qwen35
 
 import (
 	"fmt"

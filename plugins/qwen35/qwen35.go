@@ -1,4 +1,4 @@
-// Command strata-plugin-qwen35 exports the hybrid linear-attention Qwen
+// Package qwen35 exports the hybrid linear-attention Qwen
 // decoders: Qwen3-Next (model_type qwen3_next), Qwen3.5 dense and MoE as
 // causal LMs (qwen3_5_text, qwen3_5_moe_text) and the language model of the
 // natively multimodal releases (qwen3_5, qwen3_5_moe: text_config, keys
@@ -6,7 +6,7 @@
 // DeltaNet linear attention (conv_state and recurrent_state caches) or
 // gated full attention (the KV cache); every RMSNorm but the DeltaNet's
 // gated one weighs by 1 + w.
-package main
+package qwen35
 
 import (
 	"fmt"
@@ -17,7 +17,8 @@ import (
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the qwen35 plugin; cmd/strata-plugin-qwen35 serves it.
+func Plugin() sdk.Architecture { return plugin }
 
 // family is what differs between the model types.
 type family struct {

@@ -1,8 +1,9 @@
-// Command strata-plugin-qwen3moe is the strata plugin for Qwen3-MoE
+// Package qwen3moe is the strata plugin for Qwen3-MoE
 // checkpoints (model_type qwen3_moe, Qwen3MoeForCausalLM: the
 // Qwen3-30B-A3B and Qwen3-235B-A22B family).
-package main
+package qwen3moe
 
 import "github.com/strata-llm/strata/sdk"
 
-func main() { sdk.Serve(plugin) }
+// Plugin is the qwen3moe plugin; cmd/strata-plugin-qwen3moe serves it.
+func Plugin() sdk.Architecture { return plugin }

@@ -19,7 +19,7 @@ func TestBenchRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testbin.Build(bin, "strata-plugin-llama", "./plugins/llama"); err != nil {
+	if _, err := testbin.Build(bin, "strata-plugin-llama", "./cmd/strata-plugin-llama"); err != nil {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(t.TempDir(), "results.json")
