@@ -48,7 +48,7 @@ DEEPSEEK_SPEC = {
                               "float32", {"seed": 4003, "mla_mtp_layer": {"own_head": True, "own_embed": False}}),
     "glm4lite-f32-qlora": (dict(num_hidden_layers=3, routed_scaling_factor=1.8, mlp_layer_types=["dense", "sparse", "sparse"]),
                            "float32", {"seed": 4004}),
-    "glm4lite-bf16-mtp": (dict(num_hidden_layers=2, q_lora_rank=None, n_group=2, topk_group=1, routed_scaling_factor=1.8),
+    "glm4lite-bf16-mtp": (dict(num_hidden_layers=2, num_nextn_predict_layers=1, q_lora_rank=None, n_group=2, topk_group=1, routed_scaling_factor=1.8),
                           "bfloat16", {"seed": 4005, "mla_mtp_layer": {"own_head": False, "own_embed": True}}),
 }
 

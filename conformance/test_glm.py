@@ -171,12 +171,13 @@ def mtp_args(mode):
     return args
 
 
-def check_draft(fx, out, mode):
+def check_draft(fx, out, mode, caches=("past_key", "past_value")):
     """The export in out (mtp_args(mode)) against mtp_reference.npz:
     model.onnx also returns the final-norm hidden states (transformers'
     last_hidden_state, every valid position) with unchanged logits;
-    mtp.onnx, fed them, gives the reference draft's logits, and fed the
-    reference's hidden states too. Returns the MTP layer index."""
+    mtp.onnx (its caches named caches.{layer}), fed them, gives the
+    reference draft's logits, and fed the reference's hidden states too.
+    Returns the MTP layer index."""
     mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
     layer = int(mtp["mtp_layer"])
     if mode == "layerwise-subfunctions":
@@ -193,8 +194,8 @@ def check_draft(fx, out, mode):
     hidden_diff = max(np.abs(prefill - mtp["hidden_prefill"])[valid].max(), np.abs(decode - mtp["hidden_decode"]).max())
     draft = ortrun.session(str(out / "mtp.onnx"))
     inputs = [i.name for i in draft.get_inputs()]
-    assert inputs == ["input_ids", "position_ids", "hidden_states", f"past_key.{layer}", f"past_value.{layer}"], inputs
-    assert [o.name for o in draft.get_outputs()] == ["logits", f"past_key.{layer}_RetainedState", f"past_value.{layer}_RetainedState"]
+    assert inputs == ["input_ids", "position_ids", "hidden_states"] + [f"{c}.{layer}" for c in caches], inputs
+    assert [o.name for o in draft.get_outputs()] == ["logits"] + [f"{c}.{layer}_RetainedState" for c in caches]
     from_ref = tc.max_diff_per_step(run_draft(draft, fx.ref, mtp["hidden_prefill"], mtp["hidden_decode"], ctx), mtp["draft_logits"])
     chained = tc.max_diff_per_step(run_draft(draft, fx.ref, prefill, decode, ctx), mtp["draft_logits"])
     print(f"{os.path.basename(fx.dir)} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "
