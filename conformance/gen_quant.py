@@ -85,6 +85,11 @@ QUANT_SPEC = {
                              {"seed": 4011, "quant": {"kind": "modelopt", "algo": "NVFP4"}}),
     "llama-modelopt-fp8": (dict(num_key_value_heads=2), "bfloat16",
                            {"seed": 4012, "quant": {"kind": "modelopt", "algo": "FP8"}}),
+    # DeepSeek-V3's release layout: every linear but the router and the head
+    # in FP8 blocks, kv_a_proj_with_mqa's rows not a multiple of the block
+    # (576 of 128 in the release; 24 of 16 here).
+    "deepseek-fp8-block": (dict(num_hidden_layers=2, n_group=2, topk_group=1, routed_scaling_factor=2.5), "bfloat16",
+                           {"seed": 4021, "quant": {"kind": "fp8", "block": [16, 16]}}),
 }
 
 CT_VERSION = None  # filled on first use
@@ -149,7 +154,7 @@ def fp8_block_quantise(w, block):
 
 
 def quantise_fp8_block(model_dir, name, block):
-    moe = name.startswith("qwen3moe")
+    moe = name.startswith(("qwen3moe", "deepseek"))
     skip_cfg = ["lm_head", "mlp.gate"] if moe else ["lm_head"]
     state = read_state(model_dir)
     for k in linear_weights(state, lambda m: m == "lm_head" or is_router(m)):

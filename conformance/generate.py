@@ -111,7 +111,7 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 
 def make_model(name, overrides, seed):
-    if name in gen_deepseek.DEEPSEEK_SPEC:
+    if name.startswith(("deepseek-", "glm4lite-")):
         return gen_deepseek.make_model(name, overrides, seed, BASE)
     if name.startswith("glm-"):
         return gen_glm.make_model(overrides, seed, BASE)
