@@ -45,6 +45,9 @@ func TestConfigErrors(t *testing.T) {
 		"partial rotary": {func(m map[string]any) { m["rope_parameters"].(map[string]any)["partial_rotary_factor"] = 0.5 }, "rotates all of them"},
 		"groups":         {func(m map[string]any) { m["n_group"] = 3 }, "n_group 3 must divide n_routed_experts (8)"},
 		"activation":     {func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act "gelu" is not supported by the deepseek plugin`},
+		"scoring":        {func(m map[string]any) { m["scoring_func"] = "softmax" }, `scoring_func "softmax"`},
+		"topk method":    {func(m map[string]any) { m["topk_method"] = "greedy" }, `topk_method "greedy"`},
+		"layer freq":     {func(m map[string]any) { m["moe_layer_freq"] = 2 }, "moe_layer_freq 2"},
 		"negative dense": {func(m map[string]any) { m["first_k_dense_replace"] = -1 }, "first_k_dense_replace must be ≥ 0"},
 		"lite layer type": {func(m map[string]any) {
 			m["model_type"] = "glm4_moe_lite"
