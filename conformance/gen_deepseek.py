@@ -81,7 +81,7 @@ def make_model(name, overrides, seed, base):
 
 def post_save(out, options):
     if options.get("mla_mtp_layer"):
-        add_mtp_layer(out, options["mla_mtp_layer"])
+        gen_glm.add_mtp_layer(out, options["mla_mtp_layer"], mtp_modules, 78)
 
 
 def classes(cfg):
@@ -97,70 +97,15 @@ def classes(cfg):
 def mtp_modules(cfg):
     """The MTP layer as transformers modules: a MoE decoder layer (its index
     is num_hidden_layers, past the dense ones) and the NextN parts."""
-    from torch import nn
-
     layer_cls, norm_cls, _ = classes(cfg)
-    h, eps, n = cfg.hidden_size, cfg.rms_norm_eps, cfg.num_hidden_layers
-    cfg._attn_implementation = "eager"
     if cfg.model_type == "glm4_moe_lite":
+        n = cfg.num_hidden_layers
         cfg.mlp_layer_types = list(cfg.mlp_layer_types[:n]) + ["sparse"]
-    mods = nn.ModuleDict(dict(
-        mtp_block=layer_cls(cfg, layer_idx=n),
-        enorm=norm_cls(h, eps), hnorm=norm_cls(h, eps),
-        eh_proj=nn.Linear(2 * h, h, bias=False),
-        shared_head=nn.ModuleDict(dict(norm=norm_cls(h, eps), head=nn.Linear(h, cfg.vocab_size, bias=False))),
-        embed_tokens=nn.Embedding(cfg.vocab_size, h)))
-    mods.mtp_block.self_attn.layer_idx = 0  # its own one-layer cache
-    return mods
-
-
-def add_mtp_layer(out, opts):
-    """model.layers.{N}.* with the release names (per-expert keys, enorm,
-    hnorm, eh_proj, shared_head.norm, and as asked shared_head.head and
-    embed_tokens)."""
-    from safetensors.torch import save_file
-
-    cfg, path, tensors, dtype, mods, g = gen_glm.random_mtp(out, mtp_modules, 78, 0.5)
-    n = cfg.num_hidden_layers
-    with torch.no_grad():
-        mods.mtp_block.mlp.gate.e_score_correction_bias.copy_(torch.rand(cfg.n_routed_experts, generator=g) * 0.2)
-    skip = {"embed_tokens"} if not opts.get("own_embed") else set()
-    if not opts.get("own_head"):
-        skip.add("shared_head.head")
-    prefix = f"model.layers.{n}."
-    for name, t in mods.state_dict().items():
-        if any(name.startswith(s + ".") for s in skip):
-            continue
-        name = name.removeprefix("mtp_block.")
-        if gen_glm.per_expert(tensors, prefix, name, t, cfg.moe_intermediate_size, dtype):
-            continue
-        keep32 = "mlp.gate." in name  # _keep_in_fp32_modules_strict
-        tensors[prefix + name] = t.to(torch.float32 if keep32 else dtype).contiguous()
-    save_file(tensors, path, metadata={"format": "pt"})
-
-
-def load_mtp(model_dir, cfg, layer):
-    """The MTP modules with the checkpoint's layer-N tensors (float32)."""
-    from safetensors.torch import load_file
-
-    t = {k: v.float() for k, v in load_file(os.path.join(model_dir, "model.safetensors")).items()}
-    prefix = f"model.layers.{layer}."
-    mods = mtp_modules(cfg)
-    state = {}
-    for k, v in t.items():
-        if k.startswith(prefix) and ".mlp.experts." not in k:
-            name = k.removeprefix(prefix)
-            state[name if name.split(".")[0] in ("enorm", "hnorm", "eh_proj", "shared_head", "embed_tokens") else "mtp_block." + name] = v
-    state.update({"mtp_block." + k: v for k, v in gen_glm.fused_experts(t, prefix, cfg.n_routed_experts).items()})
-    state.setdefault("embed_tokens.weight", t["model.embed_tokens.weight"])
-    state.setdefault("shared_head.head.weight", t["lm_head.weight"])
-    missing, unexpected = mods.load_state_dict(state, strict=False)
-    assert not unexpected and not missing, (missing, unexpected)
-    return mods.eval()
+    return gen_glm.nextn_modules(cfg, layer_cls, norm_cls)
 
 
 def new_draft(model_dir, cfg, main):
-    mods, rope = load_mtp(model_dir, cfg, cfg.num_hidden_layers), classes(cfg)[2](cfg)
+    mods, rope = gen_glm.load_mtp(model_dir, cfg, cfg.num_hidden_layers, mtp_modules), classes(cfg)[2](cfg)
     return lambda: gen_glm.Draft(mods, rope)
 
 

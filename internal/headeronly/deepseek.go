@@ -46,13 +46,7 @@ func DeepseekTensors(configJSON []byte, dt string) ([]Tensor, error) {
 	for l := s.Layers; l < s.Layers+s.mtp; l++ {
 		prefix := fmt.Sprintf("model.layers.%d.", l)
 		out = append(out, s.layer(l, prefix, dt)...)
-		out = append(out, Tensor{prefix + "eh_proj.weight", dt, []int64{h, 2 * h}},
-			Tensor{prefix + "enorm.weight", dt, []int64{h}}, Tensor{prefix + "hnorm.weight", dt, []int64{h}},
-			Tensor{prefix + "shared_head.norm.weight", dt, []int64{h}})
-		if s.mtpOwn {
-			out = append(out, Tensor{prefix + "embed_tokens.weight", dt, []int64{v, h}},
-				Tensor{prefix + "shared_head.head.weight", dt, []int64{v, h}})
-		}
+		out = append(out, nextN(prefix, dt, h, v, s.mtpOwn)...)
 	}
 	return out, nil
 }
@@ -74,17 +68,6 @@ func (s deepseekShape) layer(l int, prefix, dt string) []Tensor {
 	out = append(out, Tensor{a + "kv_a_layernorm.weight", dt, []int64{int64(s.kvLoRA)}})
 	out = append(out, linear(a+"kv_b_proj", dt, heads*int64(s.nope+s.v), int64(s.kvLoRA), false)...)
 	out = append(out, linear(a+"o_proj", dt, h, heads*int64(s.v), s.attentionBias)...)
-	if l < s.firstDense {
-		out = append(out, gatedMLP(prefix+"mlp.", dt, h, int64(s.intermediate), false)...)
-	} else {
-		for e := range s.experts {
-			out = append(out, gatedMLP(fmt.Sprintf("%smlp.experts.%d.", prefix, e), dt, h, int64(s.moeIntermediate), false)...)
-		}
-		out = append(out, Tensor{prefix + "mlp.gate.weight", dt, []int64{int64(s.experts), h}},
-			Tensor{prefix + "mlp.gate.e_score_correction_bias", "F32", []int64{int64(s.experts)}})
-		if s.shared > 0 {
-			out = append(out, gatedMLP(prefix+"mlp.shared_experts.", dt, h, int64(s.moeIntermediate*s.shared), false)...)
-		}
-	}
+	out = append(out, groupedMLP(l < s.firstDense, prefix, dt, h, s.intermediate, s.moeIntermediate, s.experts, s.shared)...)
 	return append(out, s.norms(prefix, dt)...)
 }
