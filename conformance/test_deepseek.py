@@ -141,3 +141,19 @@ def test_mtp_draft_matches_reference(name, mode, form, tmp_path):
 def test_mtp_draft_continuous_batching(name, tmp_path):
     diff = glm.draft_continuous_batching(tc.Fixture(name), tmp_path)
     assert diff.max() <= TOLERANCE, diff
+
+
+@pytest.mark.parametrize("name", MTP_FIXTURES)
+def test_convert_keeps_mtp(name, tmp_path):
+    """strata convert carries the MTP layer's tensors: every
+    model.layers.{N}.* key of the source is in the converted checkpoint."""
+    fx = tc.Fixture(name)
+    layer = config(fx)["num_hidden_layers"]
+    out = tmp_path / "conv"
+    subprocess.run([tc.STRATA, "convert", fx.model, "--out", str(out), "--dtype", "bfloat16"], capture_output=True, text=True, check=True)
+    with open(out / "model.safetensors.index.json") as f:
+        converted = set(json.load(f)["weight_map"])
+    with open(os.path.join(fx.model, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    mtp = {k for k in header if k.startswith(f"model.layers.{layer}.")}
+    assert mtp and mtp <= converted, sorted(mtp - converted)
