@@ -3,7 +3,8 @@ forms (absorbed, expanded) in every schedule, the QEfficient cache
 convention (compressed_kv.{i}, k_pe.{i} and their _RetainedState outputs),
 layer functions per kind, chunked prefill, Kimi-K2's model_type, the MTP
 layer kept out by default and the MTP draft (mtp.onnx) against a reference
-composed from transformers' modules (gen_deepseek.py)."""
+composed from transformers' modules (gen_deepseek.py), strata convert
+carrying the MTP layer."""
 
 import json
 import os
@@ -121,7 +122,7 @@ def test_mtp_skipped_by_default(name, tmp_path):
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions"])
+@pytest.mark.parametrize("mode", ["whole", "layerwise-subfunctions", "materialize"])
 @pytest.mark.parametrize("name", MTP_FIXTURES)
 def test_mtp_draft_matches_reference(name, mode, form, tmp_path):
     """--mtp draft: mtp.onnx (its own compressed_kv/k_pe cache) against the

@@ -42,7 +42,7 @@ func (m *Model) StoreLayer(i int32, prefix string) {
 //
 //	e = Embed(input_ids)            (zeroed where position_ids == 0 with ZeroFirst)
 //	x = Proj(concat[EmbedNorm(e), HiddenNorm(hidden_states)])
-//	y = decoder layer Layer of kind Kind (its own KV cache past_key.{Layer})
+//	y = decoder layer Layer of kind Kind (its own caches: past_key.{Layer}, or MLA's compressed_kv/k_pe)
 //	logits = Head(FinalNorm(y)) at the last valid token
 //
 // input_ids are the tokens one step ahead of hidden_states (the main
@@ -115,7 +115,7 @@ func (d *Draft) caches() []*pb.CacheSpec {
 }
 
 // Spec is mtp.onnx's interface: input_ids, position_ids, hidden_states,
-// batch_index with continuous batching, the layer's KV cache,
+// batch_index with continuous batching, the layer kind's caches,
 // comp_ctx_lengths with CCL; logits and the retained cache.
 func (d *Draft) Spec() *pb.ModelSpec {
 	m := d.Model
