@@ -197,3 +197,39 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 		})
 	}
 }
+
+// kimiInvFreq is transformers 5.24's yarn inv_freq for Kimi-K2's rope
+// (rope_theta 5e4, factor 32, beta_fast = beta_slow = 1, original 4096,
+// 64 rotary dims): ROPE_INIT_FUNCTIONS["yarn"], printed as float32.
+var kimiInvFreq = []float32{1.0, 0.7131111025810242, 0.5085274577140808, 0.362636536359787, 0.2586001455783844,
+	0.18441061675548553, 0.13150526583194733, 0.0937778577208519, 0.06687403470277786, 0.04768861457705498,
+	0.034007277339696884, 0.024250967428088188, 0.01729363389313221, 0.012332281097769737, 0.008794286288321018,
+	0.006271303631365299, 0.004472136031836271, 0.0031891297549009323, 0.0022742038127034903, 0.0016217599622905254,
+	3.614046727307141e-05, 2.577216764620971e-05, 1.8378419554210268e-05, 1.3105854122841265e-05, 9.345930266135838e-06,
+	6.664686225121841e-06, 4.752661425300175e-06, 3.389175617485307e-06, 2.416858706055791e-06, 1.723488821880892e-06,
+	1.229038957717421e-06, 8.764412768869079e-07}
+
+// TestKimiRoPE: Kimi-K2's equal betas (a zero-width ramp transformers
+// widens by 0.001) give transformers' frequencies; attention factor 1.
+func TestKimiRoPE(t *testing.T) {
+	m, err := plugin.LoadConfig(plugintest.Config(t, tinyConfig, func(c map[string]any) {
+		c["model_type"], c["first_k_dense_replace"], c["qk_rope_head_dim"] = "kimi_k2", 3, 64
+		c["max_position_embeddings"] = 131072
+		delete(c, "rope_parameters")
+		c["rope_theta"] = 50000.0
+		c["rope_scaling"] = map[string]any{"type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0,
+			"mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.RoPE.InvFreq()
+	if len(got) != len(kimiInvFreq) || m.RoPE.AttentionScaling != 1 {
+		t.Fatalf("%d frequencies, attention %v; want %d, 1", len(got), m.RoPE.AttentionScaling, len(kimiInvFreq))
+	}
+	for i, want := range kimiInvFreq {
+		if math.Abs(float64(got[i]-want)) > 1e-6*float64(want) {
+			t.Errorf("inv_freq[%d] = %g, transformers %g", i, got[i], want)
+		}
+	}
+}
