@@ -91,16 +91,24 @@ def mtp_modules(cfg):
     """The MTP layer as transformers modules: the decoder layer (a MoE layer:
     its index is num_hidden_layers ≥ first_k_dense_replace) and the NextN
     parts, random."""
-    from torch import nn
     from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeDecoderLayer, Glm4MoeRMSNorm
+
+    return nextn_modules(cfg, Glm4MoeDecoderLayer, Glm4MoeRMSNorm)
+
+
+def nextn_modules(cfg, layer_cls, norm_cls):
+    """A DeepSeek-style MTP layer of layer_cls (at index num_hidden_layers,
+    with its own one-layer cache) and norm_cls: mtp_block, enorm, hnorm,
+    eh_proj, shared_head.norm / .head, embed_tokens."""
+    from torch import nn
 
     h, eps = cfg.hidden_size, cfg.rms_norm_eps
     cfg._attn_implementation = "eager"
     mods = nn.ModuleDict(dict(
-        mtp_block=Glm4MoeDecoderLayer(cfg, layer_idx=cfg.num_hidden_layers),
-        enorm=Glm4MoeRMSNorm(h, eps), hnorm=Glm4MoeRMSNorm(h, eps),
+        mtp_block=layer_cls(cfg, layer_idx=cfg.num_hidden_layers),
+        enorm=norm_cls(h, eps), hnorm=norm_cls(h, eps),
         eh_proj=nn.Linear(2 * h, h, bias=False),
-        shared_head=nn.ModuleDict(dict(norm=Glm4MoeRMSNorm(h, eps), head=nn.Linear(h, cfg.vocab_size, bias=False))),
+        shared_head=nn.ModuleDict(dict(norm=norm_cls(h, eps), head=nn.Linear(h, cfg.vocab_size, bias=False))),
         embed_tokens=nn.Embedding(cfg.vocab_size, h)))
     mods.mtp_block.self_attn.layer_idx = 0  # its own one-layer cache
     return mods
@@ -128,14 +136,16 @@ def random_mtp(out, make_modules, seed, norm_low):
     return cfg, path, tensors, tensors["model.embed_tokens.weight"].dtype, mods, g
 
 
-def add_mtp_layer(out, opts):
+def add_mtp_layer(out, opts, make_modules=None, seed=77):
     """Adds model.layers.{N}.* (N = num_hidden_layers) to the checkpoint with
     the GLM-4.x release names: the decoder layer's keys as for any MoE layer
     (per-expert), then enorm, hnorm, eh_proj, shared_head.norm, and, as
-    asked, shared_head.head and embed_tokens (GLM-4.6 omits those two)."""
+    asked, shared_head.head and embed_tokens (GLM-4.6 omits those two).
+    make_modules (cfg -> the modules, mtp_modules by default) names them as
+    mtp_modules does (gen_deepseek's for DeepSeek-V3 and GLM-4.7-Flash)."""
     from safetensors.torch import save_file
 
-    cfg, path, tensors, dtype, mods, g = random_mtp(out, mtp_modules, 77, 0.5)
+    cfg, path, tensors, dtype, mods, g = random_mtp(out, make_modules or mtp_modules, seed, 0.5)
     n = cfg.num_hidden_layers
     with torch.no_grad():
         mods.mtp_block.mlp.gate.e_score_correction_bias.copy_(torch.rand(cfg.n_routed_experts, generator=g) * 0.2)
@@ -178,14 +188,15 @@ def fused_experts(t, prefix, experts):
             "mlp.experts.down_proj": torch.stack([t[f"{prefix}mlp.experts.{x}.down_proj.weight"] for x in range(experts)])}
 
 
-def load_mtp(model_dir, cfg, layer):
-    """The MTP modules with the checkpoint's layer-N tensors (float32); the
-    main embedding / lm_head where the layer has none of its own."""
+def load_mtp(model_dir, cfg, layer, make_modules=None):
+    """The MTP modules (make_modules(cfg), mtp_modules by default) with the
+    checkpoint's layer-N tensors (float32); the main embedding / lm_head
+    where the layer has none of its own."""
     from safetensors.torch import load_file
 
     t = {k: v.float() for k, v in load_file(os.path.join(model_dir, "model.safetensors")).items()}
     prefix = f"model.layers.{layer}."
-    mods = mtp_modules(cfg)
+    mods = (make_modules or mtp_modules)(cfg)
     state = {}
     for k, v in t.items():
         if k.startswith(prefix) and ".mlp.experts." not in k:

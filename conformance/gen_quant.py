@@ -50,6 +50,7 @@ FP8_MAX = 448.0
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 MOE_ROUTER_IGNORE = "re:.*mlp.gate$"  # llm-compressor recipes' router ignore
+MOE_PREFIXES = ("qwen3moe", "deepseek")  # fixtures whose experts transformers 5 holds fused
 
 QUANT_SPEC = {
     # name: (config overrides, dtype, options); explicit seeds.
@@ -85,6 +86,18 @@ QUANT_SPEC = {
                              {"seed": 4011, "quant": {"kind": "modelopt", "algo": "NVFP4"}}),
     "llama-modelopt-fp8": (dict(num_key_value_heads=2), "bfloat16",
                            {"seed": 4012, "quant": {"kind": "modelopt", "algo": "FP8"}}),
+    # DeepSeek-V3's release layout: every linear but the router and the head
+    # in FP8 blocks, kv_a_proj_with_mqa's rows not a multiple of the block
+    # (576 of 128 in the release; 24 of 16 here).
+    "deepseek-fp8-block": (dict(num_hidden_layers=2, n_group=2, topk_group=1, routed_scaling_factor=2.5), "bfloat16",
+                           {"seed": 4021, "quant": {"kind": "fp8", "block": [16, 16]}}),
+    # Kimi-K2-Thinking's layout: routed experts alone in INT4 (pack-quantized,
+    # symmetric; group 32 there, 16 here for moe_intermediate_size 16), attention,
+    # dense MLP and shared experts not.
+    "deepseek-ct-w4a16-experts": (dict(num_hidden_layers=2, n_group=2, topk_group=1, routed_scaling_factor=2.5), "bfloat16",
+                                  {"seed": 4022, "quant": {"kind": "ct", "type": "int", "bits": 4, "strategy": "group",
+                                                           "group_size": 16, "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*",
+                                                                                        "re:.*layers\\.0\\.mlp\\..*"]}}),
 }
 
 CT_VERSION = None  # filled on first use
@@ -149,7 +162,7 @@ def fp8_block_quantise(w, block):
 
 
 def quantise_fp8_block(model_dir, name, block):
-    moe = name.startswith("qwen3moe")
+    moe = name.startswith(MOE_PREFIXES)
     skip_cfg = ["lm_head", "mlp.gate"] if moe else ["lm_head"]
     state = read_state(model_dir)
     for k in linear_weights(state, lambda m: m == "lm_head" or is_router(m)):
@@ -254,8 +267,9 @@ def quantise_ct(model, model_dir, name, dtype, q):
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import apply_quantization_config
 
-    moe = name.startswith("qwen3moe")
+    moe = name.startswith(MOE_PREFIXES)
     ignore = ["lm_head", MOE_ROUTER_IGNORE] if moe else ["lm_head"]
+    ignore += q.get("ignore", [])
     fmt = "float-quantized" if q["type"] == "float" else None
     model = model.to(getattr(torch, dtype))
     if not moe:
@@ -581,7 +595,7 @@ def generate_fixture(dest, name, overrides, dtype, options, g):
                 "(dequantize=False) fails on the packed weight_zero_point (size mismatch [out/8, groups] vs "
                 "[out, groups]); CompressedTensorsConfig(dequantize=True) loads it but rounds each dequantised "
                 "weight to the scale's dtype (bf16)")
-        if logits is not None and name.startswith("qwen3moe"):
+        if logits is not None and name.startswith(MOE_PREFIXES):
             # Both transformers paths keep the decompressed experts in the
             # scale's dtype (bf16) and run them in bf16 (grouped_mm casts the
             # input to the weight's dtype), whatever dtype= says.
@@ -602,7 +616,7 @@ def generate_fixture(dest, name, overrides, dtype, options, g):
     formula = {}
     with tempfile.TemporaryDirectory() as tmp:
         variants = [("f32", None, lambda k: True), ("bf16-rounded", torch.bfloat16, lambda k: True)]
-        if name.startswith("qwen3moe"):
+        if name.startswith(MOE_PREFIXES):
             variants.append(("experts-bf16-rounded", torch.bfloat16, lambda k: ".experts." in k))
         for label, round_to, only in variants:
             d = os.path.join(tmp, label)

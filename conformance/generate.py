@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import transformers
 
+import gen_deepseek
 import gen_gemma3
 import gen_glm
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -102,7 +103,7 @@ import gen_qwen3vl  # noqa: E402  (imports this module's helpers)
 ALL_SPEC = {**FIXTURES_SPEC, **QWEN3MOE_SPEC, **QWEN3_SPEC, **gen_gptoss.GPTOSS_SPEC, **gen_glm.GLM_SPEC,
             **gen_qwen3vl.QWEN3VL_SPEC, **gen_quant.QUANT_SPEC, **gen_mistral.MISTRAL_SPEC,
             **gen_olmo2.OLMO2_SPEC, **gen_gemma3.GEMMA3_SPEC,
-            **gen_phi3.PHI3_SPEC, **gen_qwen35.QWEN35_SPEC}
+            **gen_phi3.PHI3_SPEC, **gen_qwen35.QWEN35_SPEC, **gen_deepseek.DEEPSEEK_SPEC}
 
 # The demo model: a bf16 checkpoint like the ones users have, with a greedy
 # continuation recorded so the demo can show strata + ONNX Runtime agree.
@@ -110,6 +111,8 @@ DEMO = os.path.join(os.path.dirname(HERE), "examples", "tiny-llama")
 
 
 def make_model(name, overrides, seed):
+    if name.startswith(("deepseek-", "glm4lite-")):
+        return gen_deepseek.make_model(name, overrides, seed, BASE)
     if name.startswith("glm-"):
         return gen_glm.make_model(overrides, seed, BASE)
     if name.startswith("mistral-"):
@@ -160,6 +163,7 @@ def save(model, out, dtype, options):
     if options.get("rekey"):
         rekey(out, options["rekey"], lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32))
     gen_glm.post_save(out, options)
+    gen_deepseek.post_save(out, options)
     gen_mistral.post_save(out, options)
     gen_qwen35.post_save(out, options)
 
@@ -446,7 +450,7 @@ def main():
     older = sorted(set(ALL_SPEC) - set(QWEN3_SPEC) - set(gen_gptoss.GPTOSS_SPEC) - set(gen_glm.GLM_SPEC)
                    - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC) - set(gen_mistral.MISTRAL_SPEC)
                    - set(gen_olmo2.OLMO2_SPEC) - set(gen_gemma3.GEMMA3_SPEC)
-                   - set(gen_phi3.PHI3_SPEC) - set(gen_qwen35.QWEN35_SPEC))
+                   - set(gen_phi3.PHI3_SPEC) - set(gen_qwen35.QWEN35_SPEC) - set(gen_deepseek.DEEPSEEK_SPEC))
     gen_qwen3vl.generate(names)
     gen_quant.generate(names, sys.modules[__name__])
     for name in sorted(set(ALL_SPEC) - set(gen_qwen3vl.QWEN3VL_SPEC) - set(gen_quant.QUANT_SPEC)):
@@ -462,6 +466,7 @@ def main():
                 continue
             generate_fixture(os.path.join(FIXTURES, name), name, overrides, dtype, options, seed=seed)
     gen_glm.generate_extras(FIXTURES, names)
+    gen_deepseek.generate_extras(FIXTURES, names)
     gen_qwen35.generate_extras(FIXTURES, names)
     gen_mistral.generate_extras(FIXTURES, names)
     if "transforms" in names:

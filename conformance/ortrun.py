@@ -14,9 +14,10 @@ def session(model_path):
     return ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
 
 
-# Cache inputs: the KV cache, and linear attention's states (each with its
-# _RetainedState output).
-CACHE_PREFIXES = ("past_", "conv_state.", "recurrent_state.")
+# Cache inputs: the KV cache, linear attention's states, and latent
+# attention's (MLA) compressed_kv and k_pe (each with its _RetainedState
+# output).
+CACHE_PREFIXES = ("past_", "conv_state.", "recurrent_state.", "compressed_kv.", "k_pe.")
 
 
 def is_cache(name):

@@ -389,7 +389,7 @@ def test_continuous_batching(name, tmp_path):
     fx = Fixture(name)
     export(fx.model, tmp_path / "out", "--continuous-batching")
     sess = ortrun.session(str(tmp_path / "out" / "model.onnx"))
-    shape = next(i for i in sess.get_inputs() if i.name.startswith("past_")).shape
+    shape = next(i for i in sess.get_inputs() if ortrun.is_cache(i.name)).shape
     assert shape[0] == "full_batch_size"
     names = [o.name for o in sess.get_outputs()]
     caches = ortrun.empty_caches(sess, FULL_BATCH, fx.meta["ctx_len"])

@@ -45,20 +45,27 @@ def test_fixtures_cover_the_variants():
     assert {tc.Fixture(n).meta["checkpoint_dtype"] for n in GLM} == {"float32", "bfloat16"}
 
 
-@pytest.mark.parametrize("strategy", ["gather", "dense"])
-@pytest.mark.parametrize("name", GLM)
-def test_moe_strategies_whole_and_layerwise(name, strategy, tmp_path):
-    fx = tc.Fixture(name)
-    tc.export(fx.model, tmp_path / "whole", "--moe-strategy", strategy)
+def whole_and_layerwise(fx, tmp_path, *args):
+    """Exports with args whole (tmp_path/whole) and layerwise, window 1 with
+    layer functions (tmp_path/layerwise); returns the largest max |Δlogits|
+    of the whole, stitched and window-by-window runs, and a report."""
+    tc.export(fx.model, tmp_path / "whole", *args)
     whole = tc.max_diff_per_step(fx.run(str(tmp_path / "whole" / "model.onnx")), fx.ref["logits"])
     lw = tmp_path / "layerwise"
-    tc.export(fx.model, lw, "--moe-strategy", strategy, "--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows")
+    tc.export(fx.model, lw, *args, "--layerwise", "--window-size", "1", "--subfunctions", "--keep-windows")
     stitched = tc.max_diff_per_step(fx.run(str(lw / "model.onnx")), fx.ref["logits"])
     windows = tc.max_diff_per_step(ortrun.run(ortrun.Windows(tc.window_files(lw)), fx.ref["prompts"], fx.ref["prompt_lengths"],
                                               fx.ref["decode_tokens"], fx.meta["ctx_len"]), fx.ref["logits"])
     report = f"whole {whole.max():.2e}, stitched {stitched.max():.2e}, windows {windows.max():.2e}"
+    return max(whole.max(), stitched.max(), windows.max()), report
+
+
+@pytest.mark.parametrize("strategy", ["gather", "dense"])
+@pytest.mark.parametrize("name", GLM)
+def test_moe_strategies_whole_and_layerwise(name, strategy, tmp_path):
+    worst, report = whole_and_layerwise(tc.Fixture(name), tmp_path, "--moe-strategy", strategy)
     print(f"{name} {strategy}: max |Δlogits| {report}")
-    assert max(whole.max(), stitched.max(), windows.max()) <= TOLERANCE, report
+    assert worst <= TOLERANCE, report
 
 
 @pytest.mark.parametrize("name", GLM)
@@ -66,15 +73,22 @@ def test_layer_functions_per_kind(name, tmp_path):
     """--subfunctions: one function per kind (dense, MoE) called in layer
     order; onnx's full check passes."""
     fx = tc.Fixture(name)
+    calls, functions = subfunction_calls(fx, tmp_path)
+    assert calls == layer_calls(fx)
+    assert {"Glm4MoeDenseDecoderLayer", "Glm4MoeDecoderLayer"} <= functions
+
+
+def subfunction_calls(fx, tmp_path):
+    """Exports with --subfunctions (--link copy): onnx's full check passes
+    and the logits are transformers'; returns the layer functions called,
+    in order, and the functions the model holds."""
     out = tmp_path / "out"
     tc.export(fx.model, out, "--subfunctions", "--link", "copy")
     path = str(out / "model.onnx")
     onnx.checker.check_model(path, full_check=True)
     model = onnx.load(path, load_external_data=False)
-    calls = [n.op_type for n in model.graph.node if n.domain.startswith("strata.")]
-    assert calls == layer_calls(fx)
-    assert {"Glm4MoeDenseDecoderLayer", "Glm4MoeDecoderLayer"} <= {f.name for f in model.functions}
     np.testing.assert_allclose(fx.run(path), fx.ref["logits"], atol=TOLERANCE, rtol=0)
+    return [n.op_type for n in model.graph.node if n.domain.startswith("strata.")], {f.name for f in model.functions}
 
 
 @pytest.mark.parametrize("name", GLM)
@@ -171,12 +185,13 @@ def mtp_args(mode):
     return args
 
 
-def check_draft(fx, out, mode):
+def check_draft(fx, out, mode, caches=("past_key", "past_value")):
     """The export in out (mtp_args(mode)) against mtp_reference.npz:
     model.onnx also returns the final-norm hidden states (transformers'
     last_hidden_state, every valid position) with unchanged logits;
-    mtp.onnx, fed them, gives the reference draft's logits, and fed the
-    reference's hidden states too. Returns the MTP layer index."""
+    mtp.onnx (its caches named caches.{layer}), fed them, gives the
+    reference draft's logits, and fed the reference's hidden states too.
+    Returns the MTP layer index."""
     mtp = np.load(os.path.join(fx.dir, "mtp_reference.npz"))
     layer = int(mtp["mtp_layer"])
     if mode == "layerwise-subfunctions":
@@ -193,8 +208,8 @@ def check_draft(fx, out, mode):
     hidden_diff = max(np.abs(prefill - mtp["hidden_prefill"])[valid].max(), np.abs(decode - mtp["hidden_decode"]).max())
     draft = ortrun.session(str(out / "mtp.onnx"))
     inputs = [i.name for i in draft.get_inputs()]
-    assert inputs == ["input_ids", "position_ids", "hidden_states", f"past_key.{layer}", f"past_value.{layer}"], inputs
-    assert [o.name for o in draft.get_outputs()] == ["logits", f"past_key.{layer}_RetainedState", f"past_value.{layer}_RetainedState"]
+    assert inputs == ["input_ids", "position_ids", "hidden_states"] + [f"{c}.{layer}" for c in caches], inputs
+    assert [o.name for o in draft.get_outputs()] == ["logits"] + [f"{c}.{layer}_RetainedState" for c in caches]
     from_ref = tc.max_diff_per_step(run_draft(draft, fx.ref, mtp["hidden_prefill"], mtp["hidden_decode"], ctx), mtp["draft_logits"])
     chained = tc.max_diff_per_step(run_draft(draft, fx.ref, prefill, decode, ctx), mtp["draft_logits"])
     print(f"{os.path.basename(fx.dir)} {mode}: hidden_states {hidden_diff:.2e}; draft logits (reference hidden) "

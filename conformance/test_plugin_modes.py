@@ -1,7 +1,7 @@
 """The serving modes the generic suite does not run on every fixture —
 a chunked prefill (each chunk continuing the cache; chunks of 3, and of
 window + 1 where there is a sliding window) and --dtype float16 — for the
-plugins added on the SDK's variation points (olmo2, phi3, gemma3, qwen35;
+plugins added on the SDK's variation points (olmo2, phi3, gemma3, qwen35, deepseek;
 mistral runs them in test_mistral.py; test_qwen35.py runs more for the
 linear-attention states). test_gptoss.py's helpers, not copies."""
 
@@ -15,7 +15,7 @@ import ortrun
 import test_gptoss as gptoss
 from test_conformance import FIXTURES, TOLERANCE, Fixture, export, max_diff_per_step
 
-NAMES = [n for n in FIXTURES if n.startswith(("olmo2-", "phi3-", "gemma3-", "qwen35-", "qwen35moe-", "qwen3next-"))]
+NAMES = [n for n in FIXTURES if n.startswith(("olmo2-", "phi3-", "gemma3-", "qwen35-", "qwen35moe-", "qwen3next-", "deepseek-", "glm4lite-"))]
 
 
 def chunk_sizes(fx):
@@ -37,7 +37,7 @@ def chunk_sizes(fx):
 
 
 def test_every_new_plugin_has_fixtures():
-    assert {n.split("-")[0] for n in NAMES} == {"olmo2", "phi3", "gemma3", "qwen35", "qwen35moe", "qwen3next"}
+    assert {n.split("-")[0] for n in NAMES} == {"olmo2", "phi3", "gemma3", "qwen35", "qwen35moe", "qwen3next", "deepseek", "glm4lite"}
 
 
 @pytest.mark.parametrize("name", NAMES)

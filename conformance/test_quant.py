@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 from test_conformance import FIXTURES_DIR, STRATA, export
 
 QUANTISED = sorted(n for n in json.load(open(os.path.join(FIXTURES_DIR, "manifest.json")))["fixtures"]
-                   if n.startswith(("llama-fp8", "qwen3moe-fp8", "llama-ct-", "qwen3moe-ct-", "llama-modelopt-")))
+                   if n.startswith(("llama-fp8", "qwen3moe-fp8", "deepseek-fp8", "llama-ct-", "qwen3moe-ct-", "deepseek-ct-", "llama-modelopt-")))
 
 
 def strata(*args):

@@ -41,11 +41,23 @@ func Glm4MoeTensors(configJSON []byte, dt string) ([]Tensor, error) {
 	for l := s.Layers; l < s.Layers+s.mtp; l++ {
 		prefix := fmt.Sprintf("model.layers.%d.", l)
 		out = append(out, s.layer(l, prefix, dt)...)
-		out = append(out, Tensor{prefix + "eh_proj.weight", dt, []int64{h, 2 * h}},
-			Tensor{prefix + "enorm.weight", dt, []int64{h}}, Tensor{prefix + "hnorm.weight", dt, []int64{h}},
-			Tensor{prefix + "shared_head.norm.weight", dt, []int64{h}})
+		out = append(out, nextN(prefix, dt, h, int64(s.Vocab), false)...)
 	}
 	return out, nil
+}
+
+// nextN are an inlined MTP layer's tensors beside its decoder layer:
+// eh_proj, enorm, hnorm, shared_head.norm, and with own its embed_tokens
+// and shared_head.head (DeepSeek-V3 ships them, GLM-4.6 not).
+func nextN(prefix, dt string, h, vocab int64, own bool) []Tensor {
+	out := []Tensor{{prefix + "eh_proj.weight", dt, []int64{h, 2 * h}},
+		{prefix + "enorm.weight", dt, []int64{h}}, {prefix + "hnorm.weight", dt, []int64{h}},
+		{prefix + "shared_head.norm.weight", dt, []int64{h}}}
+	if own {
+		out = append(out, Tensor{prefix + "embed_tokens.weight", dt, []int64{vocab, h}},
+			Tensor{prefix + "shared_head.head.weight", dt, []int64{vocab, h}})
+	}
+	return out
 }
 
 // layer lists one Glm4MoeDecoderLayer's tensors in module order.
@@ -60,17 +72,25 @@ func (s glm4MoeShape) layer(l int, prefix, dt string) []Tensor {
 		out = append(out, Tensor{prefix + "self_attn.q_norm.weight", dt, []int64{hd}},
 			Tensor{prefix + "self_attn.k_norm.weight", dt, []int64{hd}})
 	}
-	if l < s.firstDense {
-		out = append(out, gatedMLP(prefix+"mlp.", dt, h, int64(s.intermediate), false)...)
-	} else {
-		for e := range s.experts {
-			out = append(out, gatedMLP(fmt.Sprintf("%smlp.experts.%d.", prefix, e), dt, h, int64(s.moeIntermediate), false)...)
-		}
-		out = append(out, Tensor{prefix + "mlp.gate.weight", dt, []int64{int64(s.experts), h}},
-			Tensor{prefix + "mlp.gate.e_score_correction_bias", "F32", []int64{int64(s.experts)}})
-		if s.shared > 0 {
-			out = append(out, gatedMLP(prefix+"mlp.shared_experts.", dt, h, int64(s.moeIntermediate*s.shared), false)...)
-		}
-	}
+	out = append(out, groupedMLP(l < s.firstDense, prefix, dt, h, s.intermediate, s.moeIntermediate, s.experts, s.shared)...)
 	return append(out, s.norms(prefix, dt)...)
+}
+
+// groupedMLP is a layer's MLP in the GLM-4.x / DeepSeek-V3 layout: dense,
+// or per-expert keys, the router (weight, F32 e_score_correction_bias) and
+// the shared experts.
+func groupedMLP(dense bool, prefix, dt string, h int64, intermediate, moeIntermediate, experts, shared int) []Tensor {
+	if dense {
+		return gatedMLP(prefix+"mlp.", dt, h, int64(intermediate), false)
+	}
+	var out []Tensor
+	for e := range experts {
+		out = append(out, gatedMLP(fmt.Sprintf("%smlp.experts.%d.", prefix, e), dt, h, int64(moeIntermediate), false)...)
+	}
+	out = append(out, Tensor{prefix + "mlp.gate.weight", dt, []int64{int64(experts), h}},
+		Tensor{prefix + "mlp.gate.e_score_correction_bias", "F32", []int64{int64(experts)}})
+	if shared > 0 {
+		out = append(out, gatedMLP(prefix+"mlp.shared_experts.", dt, h, int64(moeIntermediate*shared), false)...)
+	}
+	return out
 }

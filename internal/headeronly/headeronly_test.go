@@ -487,7 +487,7 @@ func TestErrors(t *testing.T) {
 	}{
 		"unknown model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{"model_type": "gpt2"}`), "BF16"); return err },
-			want: []string{`model_type "gpt2" is not supported`, "supported: glm4_moe, gpt_oss, llama, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, qwen3_vl, qwen3_vl_moe"},
+			want: []string{`model_type "gpt2" is not supported`, "supported: deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, kimi_k2, llama, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next, qwen3_vl, qwen3_vl_moe"},
 		},
 		"missing model_type": {
 			run:  func(string) error { _, err := Tensors([]byte(`{}`), "BF16"); return err },

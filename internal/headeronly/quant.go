@@ -20,6 +20,7 @@ import (
 // and so does every module modules_to_not_convert or ignore names.
 var quantizedProjections = []string{
 	"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+	"self_attn.q_a_proj", "self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj", // MLA
 	"gate_proj", "up_proj", "down_proj",
 }
 

@@ -159,20 +159,20 @@ func TestMTPDetection(t *testing.T) {
 	}{
 		"declared, absent, skip": {func(t *testing.T) *pb.Model { return tinyModel(t, nil) }, nil, true,
 			"declares 1 MTP layer(s) (num_nextn_predict_layers), but the checkpoint holds none of model.layers.3.*", "", 0},
-		"declared, absent, draft": {func(t *testing.T) *pb.Model { return tinyModel(t, nil) }, map[string]string{optMTP: mtpDraft}, false,
+		"declared, absent, draft": {func(t *testing.T) *pb.Model { return tinyModel(t, nil) }, map[string]string{decoder.MTPOptionName: decoder.MTPDraft}, false,
 			"--mtp draft: config.json declares 1 MTP layer(s) (num_nextn_predict_layers) at model.layers.3.*, but the checkpoint holds none", "", 0},
 		"null count": {func(t *testing.T) *pb.Model {
 			return tinyModel(t, func(m map[string]any) { m["num_nextn_predict_layers"] = nil })
 		}, nil, true, "", "", 0},
 		"inlined, skip": {func(t *testing.T) *pb.Model { return withMTP(t, false, nil) }, nil, true,
-			"MTP layer(s) 3 (inlined, ", mtpInlined, 1},
-		"inlined, draft": {func(t *testing.T) *pb.Model { return withMTP(t, false, nil) }, map[string]string{optMTP: mtpDraft}, true, "", mtpInlined, 1},
+			"MTP layer(s) 3 (inlined, ", decoder.MTPInlined, 1},
+		"inlined, draft": {func(t *testing.T) *pb.Model { return withMTP(t, false, nil) }, map[string]string{decoder.MTPOptionName: decoder.MTPDraft}, true, "", decoder.MTPInlined, 1},
 		"present, undeclared": {func(t *testing.T) *pb.Model {
 			return withMTP(t, false, func(m map[string]any) { m["num_nextn_predict_layers"] = 0 })
 		}, nil, true, "holds model.layers.3.*, which config.json declares neither as decoder nor as MTP layers", "", 0},
 		"present, undeclared, draft": {func(t *testing.T) *pb.Model {
 			return withMTP(t, false, func(m map[string]any) { m["num_nextn_predict_layers"] = 0 })
-		}, map[string]string{optMTP: mtpDraft}, false, "cannot tell which layer the draft is", "", 0},
+		}, map[string]string{decoder.MTPOptionName: decoder.MTPDraft}, false, "cannot tell which layer the draft is", "", 0},
 		"two declared, one present": {func(t *testing.T) *pb.Model {
 			return withMTP(t, false, func(m map[string]any) { m["num_nextn_predict_layers"] = 2 })
 		}, nil, false, "holds model.layers.3.* and not model.layers.4.*", "", 0},
@@ -187,12 +187,12 @@ func TestMTPDetection(t *testing.T) {
 			m := withMTP(t, false, nil)
 			m.Tensors = slices.DeleteFunc(m.Tensors, func(ti *pb.TensorInfo) bool { return ti.Key == layerKey(3, "eh_proj.weight") })
 			return m
-		}, map[string]string{optMTP: mtpDraft}, false, "model.layers.3.eh_proj.weight", "", 0},
+		}, map[string]string{decoder.MTPOptionName: decoder.MTPDraft}, false, "model.layers.3.eh_proj.weight", "", 0},
 		"indexed mtp keys": {func(t *testing.T) *pb.Model {
 			m := tinyModel(t, nil)
 			m.Tensors = append(m.Tensors, &pb.TensorInfo{Key: "mtp.fc.weight", Dtype: "BF16", Shape: []int64{64, 128}})
 			return m
-		}, nil, true, "(indexed, 1 tensors)", mtpIndexed, 0},
+		}, nil, true, "(indexed, 1 tensors)", decoder.MTPIndexed, 0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -215,10 +215,10 @@ func TestMTPDetection(t *testing.T) {
 				t.Errorf("%d decoder layers, want 3", len(plan.GetLayers()))
 			}
 			hidden := len(plan.GetExtraOutputs()) == 1 && plan.GetExtraOutputs()[0].GetName() == sdk.HiddenStates
-			if hidden != (tc.opts[optMTP] == mtpDraft) {
+			if hidden != (tc.opts[decoder.MTPOptionName] == decoder.MTPDraft) {
 				t.Errorf("extra outputs %v with options %v", plan.GetExtraOutputs(), tc.opts)
 			}
-			if tc.layout == mtpInlined {
+			if tc.layout == decoder.MTPInlined {
 				keys := plan.GetMtp().GetKeys()
 				if !slices.Contains(keys, layerKey(3, "eh_proj.weight")) || !slices.Contains(keys, layerKey(3, decoder.ExpertName(11, "down_proj"))) ||
 					slices.ContainsFunc(keys, func(k string) bool { return !strings.HasPrefix(k, "model.layers.3.") }) {
@@ -236,7 +236,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 	for _, own := range []bool{false, true} {
 		t.Run(fmt.Sprint("own head ", own), func(t *testing.T) {
 			m := withMTP(t, own, nil)
-			opts := &pb.ExportOptions{PluginOptions: map[string]string{optMTP: mtpDraft}}
+			opts := &pb.ExportOptions{PluginOptions: map[string]string{decoder.MTPOptionName: decoder.MTPDraft}}
 			parts := plugintest.RequireBound(t, plugin, m,
 				&pb.BuildRequest{Part: sdk.PartEmbed, Options: opts}, &pb.BuildRequest{Part: sdk.PartContext, Options: opts},
 				&pb.BuildRequest{Part: sdk.PartLayer, Kind: kindDense, Layers: []int32{0}, Options: opts},
@@ -245,7 +245,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 			if got := parts[3][2]["mlp.shared_experts.up_proj.weight"]; !slices.Equal(got, []string{layerKey(2, "mlp.shared_experts.up_proj.weight")}) {
 				t.Errorf("shared experts read %v", got)
 			}
-			bound := plugintest.DraftBound(t, plugin, m, opts, modelMTP, sdk.InputIDs, sdk.PositionIDs, sdk.HiddenStates, "past_key.3", "past_value.3")
+			bound := plugintest.DraftBound(t, plugin, m, opts, decoder.ModelMTP, sdk.InputIDs, sdk.PositionIDs, sdk.HiddenStates, "past_key.3", "past_value.3")
 			wantHead, wantEmbed := "lm_head.weight", "model.embed_tokens.weight"
 			if own {
 				wantHead, wantEmbed = layerKey(3, "shared_head.head.weight"), layerKey(3, "embed_tokens.weight")
@@ -261,7 +261,7 @@ func TestBuildBindsEveryWeight(t *testing.T) {
 }
 
 func TestDraftNeedsTheOption(t *testing.T) {
-	_, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: withMTP(t, false, nil), Part: sdk.PartModel, ModelName: modelMTP})
+	_, err := plugin.Build(context.Background(), &pb.BuildRequest{Model: withMTP(t, false, nil), Part: sdk.PartModel, ModelName: decoder.ModelMTP})
 	if err == nil || !strings.Contains(err.Error(), "needs --mtp draft") {
 		t.Errorf("error %v, want one naming --mtp draft", err)
 	}

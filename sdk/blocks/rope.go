@@ -267,8 +267,9 @@ func (r *RoPE) readYarn(s hf.Config, name string, top hf.Config) error {
 	if err := positive(name+".beta_slow", r.BetaSlow); err != nil {
 		return err
 	}
-	if !(r.BetaFast > r.BetaSlow) || math.IsInf(r.BetaFast, 0) {
-		return fmt.Errorf("config.json: %s.beta_fast (%g) must be a finite number > beta_slow (%g)", name, r.BetaFast, r.BetaSlow)
+	// Equal betas are a zero-width ramp transformers widens (Kimi-K2's 1, 1).
+	if !(r.BetaFast >= r.BetaSlow) || math.IsInf(r.BetaFast, 0) {
+		return fmt.Errorf("config.json: %s.beta_fast (%g) must be a finite number ≥ beta_slow (%g)", name, r.BetaFast, r.BetaSlow)
 	}
 	if r.Truncate, err = s.BoolOr("truncate", true); err != nil {
 		return err

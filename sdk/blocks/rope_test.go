@@ -79,8 +79,7 @@ func TestRoPEConfigErrors(t *testing.T) {
 		"yarn zero top omax":     {`{"original_max_position_embeddings": 0, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}`, "original_max_position_embeddings must be a finite number > 0, got 0"},
 		"yarn no omax":           {`{"rope_scaling": {"rope_type": "yarn", "factor": 4}}`, "needs rope_scaling.original_max_position_embeddings (or max_position_embeddings)"},
 		"yarn no factor":         {`{"rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 4096}}`, "max_position_embeddings (yarn without a factor) must be a finite number > 0, got 0"},
-		"yarn betas reversed":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_fast": 1, "beta_slow": 32}}`, "rope_scaling.beta_fast (1) must be a finite number > beta_slow (32)"},
-		"yarn betas equal":       {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_fast": 8, "beta_slow": 8}}`, "beta_fast (8) must be a finite number > beta_slow (8)"},
+		"yarn betas reversed":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_fast": 1, "beta_slow": 32}}`, "rope_scaling.beta_fast (1) must be a finite number ≥ beta_slow (32)"},
 		"yarn negative beta":     {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "beta_slow": -1}}`, "rope_scaling.beta_slow must be a finite number > 0, got -1"},
 		"yarn theta one":         {`{"rope_theta": 1, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096}}`, "rope_theta ≠ 1"},
 		"yarn zero attention":    {`{"rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096, "attention_factor": 0}}`, "rope_scaling.attention_factor must be a finite number > 0, got 0"},
@@ -132,6 +131,9 @@ func TestYarnConfigDefaults(t *testing.T) {
 		"mscale equal to mscale_all_dim (DeepSeek-V3)": {
 			`{"max_position_embeddings": 163840, "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}`,
 			RoPE{Factor: 40, OriginalMaxPositions: 4096, BetaFast: 32, BetaSlow: 1, Truncate: true, AttentionScaling: 1}},
+		"equal betas (Kimi-K2: transformers widens the zero-width ramp by 0.001)": {
+			`{"max_position_embeddings": 131072, "rope_scaling": {"type": "yarn", "factor": 32, "beta_fast": 1, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}`,
+			RoPE{Factor: 32, OriginalMaxPositions: 4096, BetaFast: 1, BetaSlow: 1, Truncate: true, AttentionScaling: 1}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -170,7 +170,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	case sdk.PartEmbed:
 		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt), m.EmbedScale), nil
 	case sdk.PartContext:
-		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions()), nil
+		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions(), m.slotsCache()), nil
 	case sdk.PartLayer:
 		k, ok := m.kind(req.GetKind())
 		if !ok {

@@ -35,7 +35,7 @@ type declaredWeight struct {
 
 func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
 	l := &Layer{Func: f, Model: m, Kind: k}
-	l.Hidden, l.Attn, l.States = layerInputs(f, m.Export, m.positionRank(), k.caches(m))
+	l.Hidden, l.Attn, l.States = layerInputs(f, m.Export, m.positionRank(), k.caches(m), m.slotsCache())
 	return l
 }
 

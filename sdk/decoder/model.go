@@ -70,6 +70,10 @@ type Model struct {
 	// outputs: FinalSoftCap·tanh(logits/FinalSoftCap), in the compute dtype
 	// before the cast to float32 (Gemma-2/3's final_logit_softcapping).
 	FinalSoftCap float64
+	// SlotsCache names the cache the context part reads ctx_len from (its
+	// axis 2) and whose kinds read the context values: past_key when
+	// empty; k_pe for MLA, whose layers cache no past_key.
+	SlotsCache string
 
 	arch          Architecture
 	defaulted     []string // the Architecture.Defaults keys config.json lacked
@@ -158,6 +162,14 @@ func (m *Model) AddRoPE(name string, rope blocks.RoPE) {
 }
 
 // norm is the kind of the model's RMSNorms.
+// slotsCache is SlotsCache, past_key by default.
+func (m *Model) slotsCache() string {
+	if m.SlotsCache == "" {
+		return PastKey
+	}
+	return m.SlotsCache
+}
+
 func (m *Model) norm() blocks.Norm { return blocks.Norm{Eps: m.Eps, OnePlus: m.NormOnePlus} }
 
 // AddModel declares a separate model the plugin builds (part "model"):

@@ -42,7 +42,7 @@ func (m *Model) StoreLayer(i int32, prefix string) {
 //
 //	e = Embed(input_ids)            (zeroed where position_ids == 0 with ZeroFirst)
 //	x = Proj(concat[EmbedNorm(e), HiddenNorm(hidden_states)])
-//	y = decoder layer Layer of kind Kind (its own KV cache past_key.{Layer})
+//	y = decoder layer Layer of kind Kind (its own caches: past_key.{Layer}, or MLA's compressed_kv/k_pe)
 //	logits = Head(FinalNorm(y)) at the last valid token
 //
 // input_ids are the tokens one step ahead of hidden_states (the main
@@ -106,8 +106,16 @@ func (d *Draft) Check() error {
 
 func (d *Draft) cacheName(base string) string { return fmt.Sprintf("%s.%d", base, d.Layer) }
 
+// caches are the layer kind's caches (the KV cache, or MLA's).
+func (d *Draft) caches() []*pb.CacheSpec {
+	if k, ok := d.Model.kind(d.Kind); ok {
+		return k.caches(d.Model)
+	}
+	return KVCaches(d.Model.Export, d.Model.KVHeads, d.Model.HeadDim)
+}
+
 // Spec is mtp.onnx's interface: input_ids, position_ids, hidden_states,
-// batch_index with continuous batching, the layer's KV cache,
+// batch_index with continuous batching, the layer kind's caches,
 // comp_ctx_lengths with CCL; logits and the retained cache.
 func (d *Draft) Spec() *pb.ModelSpec {
 	m := d.Model
@@ -121,7 +129,7 @@ func (d *Draft) Spec() *pb.ModelSpec {
 	if m.Export.GetContinuousBatching() {
 		s.Inputs = append(s.Inputs, &pb.IOSpec{Name: sdk.BatchIndex, Dtype: "int64", Shape: []*pb.Dim{DimParam("batch_size"), DimSize(1)}})
 	}
-	for _, c := range KVCaches(m.Export, m.KVHeads, m.HeadDim) {
+	for _, c := range d.caches() {
 		s.Inputs = append(s.Inputs, &pb.IOSpec{Name: d.cacheName(c.GetName()), Dtype: "compute", Shape: c.GetShape()})
 		s.Outputs = append(s.Outputs, &pb.IOSpec{Name: d.cacheName(c.GetName()) + sdk.RetainedSuffix, Dtype: "compute", Shape: c.GetShape()})
 	}
@@ -168,8 +176,9 @@ func (d *Draft) Build(f *fn.Func) (*pb.BuildResponse, error) {
 	normed := m.norm().Apply(f.Scope("final_norm"), last, f.Input(d.FinalNorm.Input))
 	logits := blocks.Linear{Weight: f.Input(d.Head.Input)}.Apply(f.Scope("head"), normed)
 	f.Output(sdk.Logits, f.CastTo(logits, f.DType(), fn.Float32))
-	f.Output(d.cacheName(PastKey)+sdk.RetainedSuffix, outs[1])
-	f.Output(d.cacheName(PastValue)+sdk.RetainedSuffix, outs[2])
+	for i, c := range d.caches() {
+		f.Output(d.cacheName(c.GetName())+sdk.RetainedSuffix, outs[1+i])
+	}
 
 	lw := &pb.LayerWeights{Layer: sdk.NonLayer}
 	for _, nw := range append(d.own(), layerWeights...) {
@@ -193,24 +202,28 @@ func (d *Draft) project(f *fn.Func, ids, pos, hidden fn.Value) fn.Value {
 }
 
 // layerContext are the layer function's standard inputs: the projected
-// hidden state, positions, the draft's own KV cache and what the context
-// part computes for it (RoPE tables, mask, cache read indices).
+// hidden state, positions, the draft's own caches and what the context
+// part computes for it (RoPE tables, mask, cache read indices), from the
+// model's slots cache.
 func (d *Draft) layerContext(f *fn.Func, x, pos fn.Value) map[string]fn.Value {
 	m := d.Model
 	var batchIndex, ccl fn.Value
 	if m.Export.GetContinuousBatching() {
 		batchIndex = f.Input(sdk.BatchIndex)
 	}
-	pastKey, pastValue := f.Input(d.cacheName(PastKey)), f.Input(d.cacheName(PastValue))
+	standard := map[string]fn.Value{sdk.HiddenStates: x, sdk.PositionIDs: pos, sdk.BatchIndex: batchIndex}
+	for _, c := range d.caches() {
+		standard[c.GetName()] = f.Input(d.cacheName(c.GetName()))
+	}
 	if m.Export.GetCcl() {
 		ccl = f.Input(sdk.CompCtxLengths)
 	}
 	ctx := f.Scope("context")
 	cos, sin := m.RoPE.Tables(ctx.Scope("rope"), pos)
-	slots := blocks.CacheSlots(ctx.Scope("cache"), pastKey, ccl)
+	slots := blocks.CacheSlots(ctx.Scope("cache"), standard[m.slotsCache()], ccl)
 	indices, invalid := blocks.CacheReadIndices(ctx.Scope("cache"), pos, slots)
-	mask := blocks.CausalMask(ctx.Scope("mask"), pos, slots)
-	return map[string]fn.Value{sdk.HiddenStates: x, sdk.PositionIDs: pos, sdk.BatchIndex: batchIndex,
-		PastKey: pastKey, PastValue: pastValue, CtxCos: cos, CtxSin: sin, CtxMask: mask,
-		CtxReadIndices: indices, CtxReadInvalid: invalid}
+	standard[CtxCos], standard[CtxSin] = cos, sin
+	standard[CtxMask] = blocks.CausalMask(ctx.Scope("mask"), pos, slots)
+	standard[CtxReadIndices], standard[CtxReadInvalid] = indices, invalid
+	return standard
 }

@@ -164,17 +164,18 @@ func (m *Model) embedTableDType(dt fn.DType) fn.DType {
 // ContextPart computes, once per model, the RoPE tables, the causal mask,
 // the cache read indices, and the plugin's own context values.
 func ContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue) *pb.BuildResponse {
-	return contextPart(domain, name, dt, rope, opts, extra, positions{rank: 2})
+	return contextPart(domain, name, dt, rope, opts, extra, positions{rank: 2}, PastKey)
 }
 
 // contextPart is ContextPart for position_ids of the given layout: with rank
 // 3 ([3,B,S] rows), the RoPE tables come from all rows (RoPE.Tables3), or
 // from rows 1..3 of 4 (RoPE.Tables4), and everything else, including the
-// CtxPositions output, from row 0.
-func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue, layout positions) *pb.BuildResponse {
+// CtxPositions output, from row 0. The cache slots are axis 2 of the cache
+// slotsCache (Model.SlotsCache).
+func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.ExportOptions, extra []ContextValue, layout positions, slotsCache string) *pb.BuildResponse {
 	rank := layout.rank
 	f := fn.NewFunc(domain, name, dt)
-	pos, cache := f.Input(sdk.PositionIDs), f.Input(PastKey)
+	pos, cache := f.Input(sdk.PositionIDs), f.Input(slotsCache)
 	var ccl fn.Value
 	if opts.GetCcl() {
 		ccl = f.Input(sdk.CompCtxLengths)
@@ -213,11 +214,15 @@ func contextPart(domain, name string, dt fn.DType, rope blocks.RoPE, opts *pb.Ex
 // returns the hidden state, the attention context and the caches other than
 // the KV cache by name. A kind without past_key (linear attention) reads no
 // context value, with position_ids of rank 3 too (it picks row 0 itself): a
-// window of such layers needs no context part.
-func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int, caches []*pb.CacheSpec) (hidden fn.Value, c blocks.AttentionContext, states map[string]fn.Value) {
+// window of such layers needs no context part. A kind holding the model's
+// slots cache other than past_key (MLA's k_pe) has its caches as states and
+// reads the context values too.
+func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int, caches []*pb.CacheSpec, slotsCache string) (hidden fn.Value, c blocks.AttentionContext, states map[string]fn.Value) {
 	hidden = f.Input(sdk.HiddenStates)
+	kv := hasCache(caches, PastKey)
+	attends := kv || hasCache(caches, slotsCache)
 	switch {
-	case rank == 3 && hasCache(caches, PastKey): // the cache is written at row 0's positions, which the context part gives
+	case rank == 3 && attends: // the cache is written at row 0's positions, which the context part gives
 		c.PositionIDs = f.Input(CtxPositions)
 	case rank == 3: // no KV cache, no context value: row 0 picked here, so a window of such layers needs no context part
 		c.PositionIDs = TextPositions(f.Scope("positions"), f.Input(sdk.PositionIDs))
@@ -227,17 +232,20 @@ func layerInputs(f *fn.Func, opts *pb.ExportOptions, rank int, caches []*pb.Cach
 	if opts.GetContinuousBatching() {
 		c.BatchIndex = f.Input(sdk.BatchIndex)
 	}
-	if !hasCache(caches, PastKey) {
+	if kv {
+		c.PastKey, c.PastValue = f.Input(PastKey), f.Input(PastValue)
+	} else {
 		states = map[string]fn.Value{}
 		for _, cs := range caches {
 			states[cs.GetName()] = f.Input(cs.GetName())
 		}
+	}
+	if !attends {
 		return hidden, c, states
 	}
-	c.PastKey, c.PastValue = f.Input(PastKey), f.Input(PastValue)
 	c.Cos, c.Sin, c.Mask = f.Input(CtxCos), f.Input(CtxSin), f.Input(CtxMask)
 	c.ReadIndices, c.Invalid = f.Input(CtxReadIndices), f.Input(CtxReadInvalid)
-	return hidden, c, nil
+	return hidden, c, states
 }
 
 // hasCache reports whether caches holds one called name.

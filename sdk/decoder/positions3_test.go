@@ -30,10 +30,10 @@ func TestContextPartRank3(t *testing.T) {
 	const B, S, C = 2, 3, 5
 	row := []int64{0, 1, 2, 3, -1, -1} // [B,S]: a padded second row
 	cache := refeval.Floats([]int64{B, 1, C, 16}, make([]float32, B*C*16)...)
-	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}),
+	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{B, S}, row...), PastKey: cache})
 	equal := append(append(slices.Clone(row), row...), row...)
-	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
+	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, equal...), PastKey: cache})
 	for _, name := range StandardContext {
 		a, b := two[name], three[name]
@@ -50,7 +50,7 @@ func TestContextPartRank3(t *testing.T) {
 
 	// Rows that differ: H and W rows shifted.
 	rows := append(append(slices.Clone(row), 10, 11, 12, 13, 14, 15), 20, 21, 22, 23, 24, 25)
-	diff := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
+	diff := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, rows...), PastKey: cache})
 	for _, name := range []string{CtxMask, CtxReadIndices, CtxReadInvalid} {
 		if !slices.Equal(diff[name].B, two[name].B) || !slices.Equal(diff[name].I, two[name].I) {
@@ -86,11 +86,11 @@ func TestContextPartFourRows(t *testing.T) {
 	text := []int64{0, 1, 2, 3, -1, -1}
 	cache := refeval.Floats([]int64{B, 1, C, 16}, make([]float32, B*C*16)...)
 	thw := []int64{0, 1, 1, 3, 0, 0, 0, 1, 2, 3, 0, 0, 0, 2, 2, 3, 0, 0}
-	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}),
+	three := evalPart(t, contextPart("t", "Ctx3", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 3}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{3, B, S}, thw...), PastKey: cache})
-	four := evalPart(t, contextPart("t", "Ctx4", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 4}),
+	four := evalPart(t, contextPart("t", "Ctx4", fn.Float32, rope, nil, nil, positions{rank: 3, rows: 4}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{4, B, S}, append(slices.Clone(text), thw...)...), PastKey: cache})
-	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}),
+	two := evalPart(t, contextPart("t", "Ctx2", fn.Float32, rope, nil, nil, positions{rank: 2}, PastKey),
 		map[string]refeval.Tensor{sdk.PositionIDs: refeval.Ints([]int64{B, S}, text...), PastKey: cache})
 	for _, name := range []string{CtxCos, CtxSin} {
 		if !slices.Equal(four[name].F, three[name].F) {

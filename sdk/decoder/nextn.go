@@ -1,4 +1,4 @@
-package glm
+package decoder
 
 import (
 	"fmt"
@@ -6,45 +6,54 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 	"github.com/strata-llm/strata/sdk/weight"
 )
 
+// The DeepSeek-style MTP ("NextN") layer as the GLM-4.x, DeepSeek-V3 and
+// Kimi-K2 releases store it, found in the checkpoint and declared as the
+// draft model (mtp.onnx); from the glm plugin, shared.
+
 // MTP conventions (MTPLayout.convention).
 const (
-	// mtpInlined: model.layers.{N} for N in [num_hidden_layers,
+	// MTPInlined: model.layers.{N} for N in [num_hidden_layers,
 	// num_hidden_layers + num_nextn_predict_layers) — the GLM-4.x releases.
-	mtpInlined = "inlined"
-	// mtpIndexed: top-level mtp.* keys listed in the index.
-	mtpIndexed = "indexed"
-	// mtpSeparateFile: the inlined layer's keys in a standalone
+	MTPInlined = "inlined"
+	// MTPIndexed: top-level mtp.* keys listed in the index.
+	MTPIndexed = "indexed"
+	// MTPSeparateFile: the inlined layer's keys in a standalone
 	// mtp.safetensors the index does not name (some GLM-4.7 repacks); the
 	// host marks such tensors unindexed.
-	mtpSeparateFile = "separate-file"
+	MTPSeparateFile = "separate-file"
 )
 
-// mtpInfo is what Load found of the MTP layers, and whether the draft is
+// NextN is what Load found of the MTP layers, and whether the draft is
 // asked for.
-type mtpInfo struct {
+type NextN struct {
 	layout *pb.MTPLayout
 	draft  bool
 }
 
-// detectMTP finds the MTP layers the config declares (num_nextn_predict_layers;
+// Draft reports whether --mtp draft asks for the draft.
+func (info NextN) Draft() bool { return info.draft }
+
+// Layers are the MTP layers the checkpoint holds inlined.
+func (info NextN) Layers() []int32 { return info.layout.GetLayers() }
+
+// DetectNextN finds the MTP layers the config declares (num_nextn_predict_layers;
 // null is 0) and those the checkpoint holds. With --mtp skip, declared but
 // absent or present but undeclared layers are notes (transformers itself
 // saves num_nextn_predict_layers 1 without any MTP weight); with draft
 // they are errors.
-func detectMTP(m *decoder.Model) (mtpInfo, error) {
+func DetectNextN(m *Model) (NextN, error) {
 	n := m.IntOr("num_nextn_predict_layers", 0)
 	if m.Err != nil {
-		return mtpInfo{}, m.Err
+		return NextN{}, m.Err
 	}
 	if n < 0 {
-		return mtpInfo{}, fmt.Errorf("config.json: num_nextn_predict_layers must be ≥ 0, got %d", n)
+		return NextN{}, fmt.Errorf("config.json: num_nextn_predict_layers must be ≥ 0, got %d", n)
 	}
-	info := mtpInfo{draft: m.Options[optMTP] == mtpDraft}
+	info := NextN{draft: m.Options[MTPOptionName] == MTPDraft}
 	first := m.Layers
 	// The layers the checkpoint holds bound the work, never n (a count in
 	// config.json: 1e9 would loop a billion times).
@@ -84,7 +93,7 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 		m.Note("the checkpoint holds %s, which config.json declares neither as decoder nor as MTP layers; they are left out of the export", span(undeclared))
 	}
 	if len(present) > 0 {
-		info.layout = &pb.MTPLayout{Convention: mtpInlined}
+		info.layout = &pb.MTPLayout{Convention: MTPInlined}
 		for _, i := range present {
 			info.layout.Layers = append(info.layout.Layers, int32(i))
 		}
@@ -97,10 +106,10 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 		}
 		slices.Sort(info.layout.Keys)
 		if m.Inventory[info.layout.Keys[0]].GetUnindexed() { // a file the index does not name
-			info.layout.Convention = mtpSeparateFile
+			info.layout.Convention = MTPSeparateFile
 		}
 	} else if len(indexed) > 0 {
-		info.layout = &pb.MTPLayout{Convention: mtpIndexed, Keys: indexed}
+		info.layout = &pb.MTPLayout{Convention: MTPIndexed, Keys: indexed}
 	}
 	switch {
 	case info.layout == nil && n > 0 && info.draft:
@@ -112,8 +121,8 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 	case info.layout == nil && n > 0:
 		m.Note("config.json declares %d MTP layer(s) (num_nextn_predict_layers), but the checkpoint holds none of %s; exporting without them",
 			n, missing())
-	case info.layout.GetConvention() == mtpIndexed && info.draft:
-		return info, fmt.Errorf("--mtp draft: the MTP weights are top-level mtp.* keys (%s, ...); the glm plugin builds the draft from inlined model.layers.{N} only", indexed[0])
+	case info.layout.GetConvention() == MTPIndexed && info.draft:
+		return info, fmt.Errorf("--mtp draft: the MTP weights are top-level mtp.* keys (%s, ...); strata builds the %s draft from inlined model.layers.{N} only", indexed[0], m.arch.ModelType)
 	case info.layout != nil && !info.draft:
 		m.Note("MTP layer(s) %s (%s, %d tensors) are left out of the export (--mtp draft exports them as mtp.onnx)",
 			layerList(info.layout.GetLayers()), info.layout.GetConvention(), len(info.layout.GetKeys()))
@@ -123,7 +132,7 @@ func detectMTP(m *decoder.Model) (mtpInfo, error) {
 
 // missingSpan names the declared MTP layers first..first+n-1 the checkpoint
 // does not hold: each of a few, else how many and their range.
-func missingSpan(m *decoder.Model, first, n int, present []int) string {
+func missingSpan(m *Model, first, n int, present []int) string {
 	const few = 8
 	if n-len(present) > few {
 		return fmt.Sprintf("%d of the layers %s* to %s*", n-len(present), m.LayerKey(int32(first), ""), m.LayerKey(int32(lastMTP(first, n)), ""))
@@ -153,9 +162,10 @@ func layerList(ls []int32) string {
 	return strings.Join(s, ", ")
 }
 
-// declare records the layout in the plan and, with --mtp draft, makes the
-// main model also return its final hidden states and declares mtp.onnx.
-func (info mtpInfo) declare(m *decoder.Model, c config) error {
+// Declare records the layout in the plan and, with --mtp draft, makes the
+// main model also return its final hidden states and declares mtp.onnx,
+// the layer of kind kindOf(layer).
+func (info NextN) Declare(m *Model, kindOf func(i int) string) error {
 	m.MTP = info.layout
 	if len(info.layout.GetLayers()) == 0 { // none, or indexed mtp.* keys (refused with draft by detectMTP)
 		return nil
@@ -164,19 +174,19 @@ func (info mtpInfo) declare(m *decoder.Model, c config) error {
 	if info.draft && len(info.layout.GetLayers()) > 1 {
 		m.Note("mtp.onnx is the first MTP layer (%d) of %d", layer, len(info.layout.GetLayers()))
 	}
-	return newDraft(m, layer, c.kind(int(layer))).Declare(info.draft)
+	return NextNDraft(m, layer, kindOf(int(layer))).Declare(info.draft)
 }
 
-// newDraft is the MTP layer as vLLM's Glm4MoeMultiTokenPredictorLayer runs
-// it (decoder.Draft): embedding zeroed at position 0, enorm, hnorm,
+// NextNDraft is the MTP layer as vLLM's Glm4MoeMultiTokenPredictorLayer
+// and DeepSeekMultiTokenPredictorLayer run it (Draft): embedding zeroed at position 0, enorm, hnorm,
 // eh_proj, the decoder layer, shared_head.norm, shared_head.head.
 // embed_tokens and shared_head.head are the MTP layer's own when the
 // checkpoint has them, else the main model's.
-func newDraft(m *decoder.Model, layer int32, kind string) *decoder.Draft {
+func NextNDraft(m *Model, layer int32, kind string) *Draft {
 	h := int64(m.Hidden)
 	key := func(name string) string { return m.LayerKey(layer, name) }
-	own := func(name string, shape ...int64) decoder.NamedWeight {
-		return decoder.NamedWeight{Input: name, Expr: weight.Tensor(key(name), shape...)}
+	own := func(name string, shape ...int64) NamedWeight {
+		return NamedWeight{Input: name, Expr: weight.Tensor(key(name), shape...)}
 	}
 	embed, head := m.EmbedWeight(), m.HeadWeight()
 	if m.Inventory.Has(key("embed_tokens.weight")) {
@@ -185,9 +195,9 @@ func newDraft(m *decoder.Model, layer int32, kind string) *decoder.Draft {
 	if m.Inventory.Has(key("shared_head.head.weight")) {
 		head = weight.Tensor(key("shared_head.head.weight"), int64(m.Vocab), h)
 	}
-	return &decoder.Draft{Model: m, Layer: layer, Kind: kind, ZeroFirst: true,
-		Embed:     decoder.NamedWeight{Input: "embed_tokens.weight", Expr: embed},
+	return &Draft{Model: m, Layer: layer, Kind: kind, ZeroFirst: true,
+		Embed:     NamedWeight{Input: "embed_tokens.weight", Expr: embed},
 		EmbedNorm: own("enorm.weight", h), HiddenNorm: own("hnorm.weight", h), Proj: own("eh_proj.weight", h, 2*h),
 		FinalNorm: own("shared_head.norm.weight", h),
-		Head:      decoder.NamedWeight{Input: "shared_head.head.weight", Expr: head}}
+		Head:      NamedWeight{Input: "shared_head.head.weight", Expr: head}}
 }
