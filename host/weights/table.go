@@ -48,6 +48,7 @@ type Table struct {
 	weights map[string]*pending
 	order   []string                       // graph values in first-use order
 	inits   map[string]*onnxpb.TensorProto // initializers added
+	consts  map[string]*onnxpb.TensorProto // constants of transforms added, by name
 	files   map[string]int                 // file path -> index in Files
 	byShard map[string]int                 // checkpoint shard name -> index in Files
 	Files   []File
@@ -79,7 +80,7 @@ func (w *pending) sourceKeys() []string {
 // Materialize, writing to dataPath).
 func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
 	return &Table{ckpt: ckpt, quant: q, compute: compute, mode: mode, b: b, DataPath: dataPath,
-		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
+		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, consts: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
 // Value returns the graph value for a weight binding, adding what it needs
@@ -221,7 +222,7 @@ func (t *Table) sources(keys []string) []Source {
 	out := make([]Source, 0, len(keys))
 	for _, key := range keys {
 		tensor, _ := t.ckpt.Tensor(key)
-		out = append(out, Source{Key: key, File: t.checkpointFile(tensor.Shard), Offset: tensor.Offset,
+		out = append(out, Source{Key: tensor.Key, File: t.checkpointFile(tensor.Shard), Offset: tensor.Offset,
 			Length: tensor.Length, DType: tensor.DType, Shape: tensor.Shape})
 	}
 	return out
@@ -260,15 +261,18 @@ type tableGraph struct {
 
 func (g *tableGraph) Leaf(key string) (string, error) {
 	t := g.t
-	if _, done := t.inits[key]; done {
-		return key, nil
-	}
 	tensor, _ := t.ckpt.Tensor(key)
+	// The value is named by the checkpoint's own string: the nodes reading
+	// it keep the name, and key may be a copy (a scale's name made from
+	// its weight's: 4.5 MB of Kimi-K2's heap).
+	if _, done := t.inits[key]; done {
+		return tensor.Key, nil
+	}
 	info, _ := dtype.FromSafetensors(tensor.DType)
-	t.inits[tensor.Key] = nil // added: only the name is kept, the checkpoint's string
-	t.b.ReferencedExternal(key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
+	t.inits[tensor.Key] = nil // added: only the name is kept
+	t.b.ReferencedExternal(tensor.Key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
 		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)
-	return key, nil
+	return tensor.Key, nil
 }
 
 // Bytes references key's bytes as a UINT8 initializer of shape (the same
@@ -301,35 +305,31 @@ func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.Attribute
 }
 
 // constant is a constant the lowering of transforms needs (shapes, axes,
-// FP8 code tables) as one initializer of the graph, named by its content:
-// GLM-4.6-FP8's 6,275 Constant nodes were 49 different tensors. Named by
-// content, a window's constants are the whole model's, and stitching keeps
-// one of each.
+// FP8 code tables) as one Constant node of the graph, named by its
+// content: GLM-4.6-FP8's 6,275 Constant nodes were 49 different tensors.
+// Named by content, a window's constants are the whole model's, and
+// stitching keeps one of each (an equal node computing the same value).
+// The graph's initializers stay the checkpoint's tensors alone.
 func (t *Table) constant(c *onnxpb.TensorProto) string {
 	sum := sha256.New()
-	var head [8]byte
-	binary.LittleEndian.PutUint64(head[:], uint64(c.GetDataType()))
-	sum.Write(head[:])
-	for _, d := range c.GetDims() {
-		binary.LittleEndian.PutUint64(head[:], uint64(d))
-		sum.Write(head[:])
+	var word [8]byte
+	for _, x := range append([]int64{int64(c.GetDataType()), int64(len(c.GetDims()))}, c.GetDims()...) {
+		binary.LittleEndian.PutUint64(word[:], uint64(x))
+		sum.Write(word[:])
 	}
-	binary.LittleEndian.PutUint64(head[:], uint64(len(c.GetDims())))
-	sum.Write(head[:])
 	sum.Write(c.GetRawData())
 	digest := sum.Sum(nil)
-	c.Name = constantPrefix + hex.EncodeToString(digest[:8])
-	prev, seen := t.inits[c.Name]
+	name := constantPrefix + hex.EncodeToString(digest[:8])
+	prev, seen := t.consts[name]
 	if seen && !proto.Equal(prev, c) { // 64 bits alike: the whole digest
-		c.Name = constantPrefix + hex.EncodeToString(digest)
-		_, seen = t.inits[c.Name]
+		name = constantPrefix + hex.EncodeToString(digest)
+		_, seen = t.consts[name]
 	}
-	if seen {
-		return c.Name
+	if !seen {
+		t.consts[name] = c
+		t.b.Node(&onnxpb.NodeProto{Name: name, OpType: "Constant", Output: []string{name},
+			Attribute: []*onnxpb.AttributeProto{{Name: "value", Type: onnxpb.AttributeProto_TENSOR, T: c}}})
 	}
-	name := c.Name
-	t.inits[name] = c
-	t.b.Initializer(c)
 	return name
 }
 
