@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -179,5 +180,64 @@ func TestCompileScriptMoves(t *testing.T) {
 	args := string(read(t, filepath.Join(movedOut, "qpc", "args.txt")))
 	if !strings.Contains(args, "-m="+filepath.Join(exported, "model.onnx")) {
 		t.Errorf("compiler got:\n%s", args)
+	}
+}
+
+// A command whose stdout cannot be written (a closed pipe, a full disk)
+// fails, saying so on stderr, instead of exiting 0 with its output lost.
+func TestUnwritableStdoutFails(t *testing.T) {
+	t.Parallel()
+	exported := filepath.Join(t.TempDir(), "exported")
+	if code, _, stderr := strata(t, "export", tinyLlama, "--out", exported, "--plugin-dir", llamaDir); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	commands := map[string][]string{
+		"archs --json":   {"archs", "--json"},
+		"inspect --json": {"inspect", tinyLlama, "--json"},
+		"export --json":  {"export", tinyLlama, "--json", "--out"}, // --out DIR added
+		"convert --json": {"convert", tinyLlama, "--json", "--out"},
+		"check --json":   {"check", exported, "--json"},
+		"check":          {"check", exported},
+		"archs":          {"archs"},
+		"version":        {"version"},
+		"help":           {"--help"},
+	}
+	sinks := map[string]func(t *testing.T) *os.File{
+		"/dev/full": func(t *testing.T) *os.File {
+			f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			return f
+		},
+		"closed pipe": func(t *testing.T) *os.File {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			return w
+		},
+	}
+	for name, args := range commands {
+		for sink, open := range sinks {
+			t.Run(name+" > "+sink, func(t *testing.T) {
+				t.Parallel()
+				argv := append(slices.Clone(args), filepath.Join(t.TempDir(), "out"), "--plugin-dir", llamaDir)
+				if args[len(args)-1] != "--out" {
+					argv = append(slices.Clone(args), "--plugin-dir", llamaDir)
+				}
+				stdout := open(t)
+				defer stdout.Close()
+				cmd := exec.Command(strataBin, argv...)
+				var stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = stdout, &stderr
+				err := cmd.Run()
+				code := cmd.ProcessState.ExitCode()
+				if code != 1 || !strings.Contains(stderr.String(), "writing the output to stdout") {
+					t.Errorf("exit %d (%v), want 1 and a message; stderr:\n%s", code, err, stderr.String())
+				}
+			})
+		}
 	}
 }

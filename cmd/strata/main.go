@@ -30,7 +30,43 @@ var version = "dev"
 
 func main() {
 	tuneGC()
+	// A write to a closed stdout pipe then fails with EPIPE, which run
+	// reports, instead of the runtime killing strata by SIGPIPE before the
+	// plugins are stopped. (Caught signals are not inherited by plugins.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// checkedWriter is stdout, remembering the first write that failed (a
+// closed pipe, a full disk): a command whose output was lost fails.
+type checkedWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	c.err = err
+	return n, err
+}
+
+// failed is the error to report when stdout could not be written, or nil.
+func (c *checkedWriter) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return nil
+	}
+	return fmt.Errorf("writing the output to stdout: %w (is the reader of the pipe gone, or the disk full?); the output is incomplete", c.err)
 }
 
 // run executes the CLI and returns the process exit code. Ctrl-C cancels the
@@ -41,10 +77,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
 
-	app := newApp(stdout, stderr)
+	out := &checkedWriter{w: stdout}
+	app := newApp(out, stderr)
 	err := refuseUnknownCommand(app, args)
 	if err == nil {
 		err = app.RunContext(ctx, interspersed(app, args))
+	}
+	if lost := out.failed(); lost != nil && (err == nil || errors.Is(err, out.err)) {
+		err = lost
 	}
 	if err != nil {
 		if ctx.Err() != nil {
