@@ -28,7 +28,7 @@ func archsCommand() *cli.Command {
 			if c.Bool("json") {
 				return emitJSON(c, report)
 			}
-			report.print(textOut(c))
+			report.print(reportOut(c))
 			return nil
 		},
 	}

@@ -45,7 +45,7 @@ func inspectCommand() *cli.Command {
 					return err
 				}
 			} else {
-				report.print(textOut(c))
+				report.print(reportOut(c))
 			}
 			if !report.Supported {
 				// The report is printed; the exit status says strata cannot export it.

@@ -297,8 +297,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, notes or text summary (errors, warnings and --json results still print)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show the plugins' logs (go-plugin's [WARN]/[ERROR] lines with timestamps); without it only a plugin's panic is shown"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, notes or summary of export, convert and compile (the reports of archs, inspect and check, errors, warnings and --json results still print)"},
 		}, append(profileFlags(), statsFlag())...),
 		OnUsageError: onUsageError,
 		Before: func(c *cli.Context) error {
@@ -363,14 +363,9 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 // startPlugins starts and describes every plugin; it prints nothing, so it
 // may run beside other work (export opens the checkpoint meanwhile).
 func startPlugins(c *cli.Context) *plugins.Registry {
-	level := hclog.Warn
-	if c.Bool("verbose") {
-		level = hclog.Debug
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: level})
 	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
-		Logger:  logger,
+		Logger:  pluginLogger(c.App.ErrWriter, c.Bool("verbose")),
 	})
 }
 

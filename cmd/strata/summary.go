@@ -196,8 +196,17 @@ func (s *exportSummary) print(w io.Writer) {
 // textOut is where a command's text output goes: nowhere with --json (the
 // JSON is the output), stderr with --stats - (stdout holds the stats).
 func textOut(c *cli.Context) io.Writer {
+	if c.Bool("quiet") {
+		return io.Discard
+	}
+	return reportOut(c)
+}
+
+// reportOut is where a report that is the command's whole point (archs,
+// inspect, check) goes: as textOut, but --quiet does not silence it.
+func reportOut(c *cli.Context) io.Writer {
 	switch {
-	case c.Bool("json") || c.Bool("quiet"):
+	case c.Bool("json"):
 		return io.Discard
 	case c.Path("stats") == "-":
 		return c.App.ErrWriter
