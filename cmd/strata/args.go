@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/internal/suggest"
 )
 
 // interspersed moves a subcommand's flags ahead of its positional arguments,
@@ -33,6 +35,7 @@ func interspersed(app *cli.App, args []string) []string {
 		return append(append(out, name), args[i:]...)
 	}
 	var flags, positional []string
+	taken := -1 // in flags, the last plugin option that took the next word as its value
 	for ; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -52,15 +55,21 @@ func interspersed(app *cli.App, args []string) []string {
 			// dense is --plugin-option moe_strategy=dense. The plugin refuses
 			// names it does not know.
 			name, value, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
-				value, hasValue = args[i+1], true
+			key := strings.ReplaceAll(name, "-", "_")
+			switch {
+			case hasValue:
+				flags = append(flags, "--"+pluginOptionFlag, key+"="+value)
+			case i+1 < len(args) && !strings.HasPrefix(args[i+1], "--"):
+				taken = len(flags) + 1
+				flags = append(flags, "--"+pluginOptionFlag, key+"="+args[i+1])
 				i++
+			case nearFlag(cmd.Flags, name):
+				flags = append(flags, a) // a typo: the parser refuses it, naming the flag
+			default:
+				// A bare option: true if the plugin declares it boolean
+				// (--vision), else refused as needing a value.
+				flags = append(flags, "--"+pluginOptionFlag, key)
 			}
-			if !hasValue {
-				flags = append(flags, a) // left for the parser to refuse
-				continue
-			}
-			flags = append(flags, "--"+pluginOptionFlag, strings.ReplaceAll(name, "-", "_")+"="+value)
 		case strings.HasPrefix(a, "-") && a != "-":
 			flags = append(flags, a)
 			if takesValue(cmd.Flags, a) && i+1 < len(args) {
@@ -71,8 +80,32 @@ func interspersed(app *cli.App, args []string) []string {
 			positional = append(positional, a)
 		}
 	}
+	if len(positional) == 0 && taken >= 0 {
+		// `--vision MODEL`: the word was MODEL, not the option's value
+		// (every command with plugin options takes one MODEL).
+		key, value, _ := strings.Cut(flags[taken], "=")
+		flags[taken], positional = key, []string{value}
+	}
 	out = append(out, name)
 	return append(append(out, flags...), positional...)
+}
+
+// nearFlag reports whether name is a likely typo of one of flags' names
+// rather than a plugin option: one edit away, two for a long name
+// (--layerwsie; but --vision is not --revision).
+func nearFlag(flags []cli.Flag, name string) bool {
+	limit := 1
+	if len(name) >= 8 {
+		limit = 2
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if len(n) > 1 && suggest.Distance(name, n) <= limit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pluginOptionFlag passes an option to the plugin.

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // Every usage error exits 2 and says what is wrong; failures exit 1.
@@ -239,5 +241,62 @@ func TestUnwritableStdoutFails(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A boolean plugin option works bare, as a boolean flag: --vision is
+// --vision true, and implies vision.onnx as --mtp draft implies mtp.onnx;
+// an option with other values written bare is refused, naming them.
+func TestBarePluginOptions(t *testing.T) {
+	t.Parallel()
+	plugins := t.TempDir()
+	if _, err := testbin.Build(plugins, "strata-plugin-qwen3vl", "./plugins/qwen3vl"); err != nil {
+		t.Fatal(err)
+	}
+	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "qwen3vl-f32-dense-vision", "model")
+	inputs := func(path string) []string {
+		var names []string
+		for _, in := range readModel(t, path).GetGraph().GetInput() {
+			names = append(names, in.GetName())
+		}
+		return names
+	}
+	var want []string // model.onnx's inputs with --vision true --extra-model vision
+	for i, args := range [][]string{
+		{"--vision", "true", "--extra-model", "vision"},
+		{"--vision"},
+		{"--plugin-option", "vision"},
+		{"--vision", fixture}, // MODEL after the bare option
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		argv := append([]string{"export", fixture, "--out", out, "--plugin-dir", plugins}, args...)
+		if args[len(args)-1] == fixture {
+			argv = append([]string{"export", "--out", out, "--plugin-dir", plugins}, args...)
+		}
+		code, _, stderr := strata(t, argv...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		got := inputs(filepath.Join(out, "model.onnx"))
+		if i == 0 {
+			want = got
+		}
+		if !slices.Contains(got, "vision_embeds") || !slices.Equal(got, want) {
+			t.Errorf("%v: model.onnx inputs %v, want %v", args, got, want)
+		}
+		if !fileExists(filepath.Join(out, "vision.onnx")) {
+			t.Errorf("%v: no vision.onnx", args)
+		}
+	}
+	// Without the option: text only, no vision.onnx.
+	out := filepath.Join(t.TempDir(), "out")
+	if code, _, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", plugins); code != 0 || fileExists(filepath.Join(out, "vision.onnx")) {
+		t.Errorf("no --vision: exit %d, vision.onnx written %v: %s", code, fileExists(filepath.Join(out, "vision.onnx")), stderr)
+	}
+	// Not boolean: a value is needed.
+	out = filepath.Join(t.TempDir(), "out")
+	code, _, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", plugins, "--position-ids-rank")
+	if code != 2 || !strings.Contains(stderr, "--position-ids-rank needs a value: one of 2, 3") || fileExists(out) {
+		t.Errorf("bare --position-ids-rank: exit %d: %s", code, stderr)
 	}
 }

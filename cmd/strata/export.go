@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 func exportCommand() *cli.Command {
@@ -153,12 +155,13 @@ func overwriteHint(err error) error {
 }
 
 // pluginOptions gathers --plugin-option KEY=VALUE (the CLI rewrote any
-// --KEY VALUE strata has no flag for into one) for the plugin.
+// --KEY VALUE strata has no flag for into one) for the plugin. A bare KEY
+// (--vision) is left empty for checkPluginOptions to settle.
 func pluginOptions(c *cli.Context) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range c.StringSlice("plugin-option") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
 			return nil, usageError{fmt.Sprintf("--plugin-option %q: want KEY=VALUE", kv)}
 		}
 		out[k] = v
@@ -190,7 +193,7 @@ func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opt
 		}
 	}
 	if len(unknown) == 0 {
-		return nil
+		return settleBare(c, support.GetOptions(), opts)
 	}
 	sort.Strings(unknown)
 	has := "none"
@@ -199,6 +202,34 @@ func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opt
 	}
 	return usageError{fmt.Sprintf("unknown flag or plugin option %s: not a flag of strata %s, and plugin %s declares no such option for %s (its options: %s); see strata %s --help",
 		strings.Join(unknown, ", "), c.Command.Name, p.Desc.GetName(), modelType, has, c.Command.Name)}
+}
+
+// settleBare gives each option written bare (--vision, --plugin-option
+// vision) the value true when the plugin declares it boolean, as a boolean
+// flag; any other option needs a value, and says which.
+func settleBare(c *cli.Context, declared []*pb.PluginOption, opts map[string]string) error {
+	for _, kv := range c.StringSlice(pluginOptionFlag) {
+		if strings.Contains(kv, "=") {
+			continue
+		}
+		for _, o := range declared {
+			if o.GetName() != kv {
+				continue
+			}
+			if allowed := slices.Sorted(slices.Values(o.GetAllowedValues())); slices.Equal(allowed, []string{"false", "true"}) {
+				opts[kv] = "true"
+				break
+			}
+			flag := "--" + strings.ReplaceAll(kv, "_", "-")
+			values := "a value"
+			if len(o.GetAllowedValues()) > 0 {
+				values = "one of " + strings.Join(o.GetAllowedValues(), ", ")
+			}
+			return usageError{fmt.Sprintf("%s needs a value: %s (default %s), e.g. %s %s; see strata %s --help",
+				flag, values, o.GetDefaultValue(), flag, o.GetDefaultValue(), c.Command.Name)}
+		}
+	}
+	return nil
 }
 
 // layerwiseArchs lists the model_types whose plugin supports --layerwise.
