@@ -11,7 +11,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build demo test test-go test-conformance test-client test-outoftree lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
+.PHONY: man all build demo test test-go test-conformance test-client test-outoftree lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
 
 all: build
 
@@ -24,6 +24,11 @@ build:
 	$(GO) build -o bin/probe/strata-plugin-llama ./internal/probeplugin
 	@for p in $(PLUGINS); do echo "$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p"; \
 		$(GO) build -o bin/strata-plugin-$$p ./plugins/$$p || exit 1; done
+
+# docs/strata.1, the man page made from the commands and flags (a test
+# fails while the committed page is not the current one).
+man:
+	$(GO) run ./cmd/strata man > docs/strata.1.new && mv docs/strata.1.new docs/strata.1
 
 # Export the tiny Llama in examples/, greedy-decode it with ONNX Runtime,
 # compare with transformers.

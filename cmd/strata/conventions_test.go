@@ -300,3 +300,73 @@ func TestBarePluginOptions(t *testing.T) {
 		t.Errorf("bare --position-ids-rank: exit %d: %s", code, stderr)
 	}
 }
+
+// docs/strata.1 is the man page the commands make now (go test -update,
+// or make man, rewrites it).
+func TestManPageIsCurrent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(testbin.Root(), "docs", "strata.1")
+	code, page, stderr := strata(t, "man")
+	if code != 0 || !strings.Contains(page, ".TH strata 1") {
+		t.Fatalf("strata man: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"export", "--revision", "EXIT STATUS", "HF_HUB_CACHE", "the number of CPUs"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the man page lacks %q", want)
+		}
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if committed, err := os.ReadFile(path); err != nil || string(committed) != page {
+		t.Errorf("%s is not the page the commands make (%v): run make man (or go test ./cmd/strata -run TestManPageIsCurrent -update)", path, err)
+	}
+}
+
+// strata completion prints a script per shell that the shell parses; the
+// binary answers the scripts' requests with commands and flags.
+func TestShellCompletion(t *testing.T) {
+	t.Parallel()
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, script, stderr := strata(t, "completion", shell)
+		if code != 0 || !strings.Contains(script, "strata") {
+			t.Fatalf("completion %s: exit %d: %s", shell, code, stderr)
+		}
+		if _, err := exec.LookPath(shell); err != nil {
+			continue // not installed: the syntax check needs the shell
+		}
+		if out, err := exec.Command(shell, "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("%s -n: %v\n%s", shell, err, out)
+		}
+	}
+	if code, _, stderr := strata(t, "completion", "tcsh"); code != 2 || !strings.Contains(stderr, "bash, zsh or fish") {
+		t.Errorf("completion tcsh: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{completeFlag}, []string{"export", "inspect", "completion"}},
+		{[]string{"export", "--o", completeFlag}, []string{"--out", "--overwrite"}},
+	} {
+		out, err := exec.Command(strataBin, tc.args...).Output()
+		for _, w := range tc.want {
+			if err != nil || !slices.Contains(strings.Fields(string(out)), w) {
+				t.Errorf("%v: %v, want %q among:\n%s", tc.args, err, w, out)
+			}
+		}
+	}
+	// bash, as it runs the script: the words completing "strata exp".
+	if _, err := exec.LookPath("bash"); err == nil {
+		code, script, _ := strata(t, "completion", "bash")
+		probe := script + `COMP_WORDS=(strata exp); COMP_CWORD=1; _strata_complete; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "-c", probe)
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(strataBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if code != 0 || err != nil || strings.TrimSpace(string(out)) != "export" {
+			t.Errorf("bash completes strata exp to %q (%v)", out, err)
+		}
+	}
+}

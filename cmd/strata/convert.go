@@ -26,7 +26,7 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "quantize", Usage: "none (dequantise a quantised source to --dtype, bfloat16 by default), fp8-block (E4M3 + weight_scale_inv per 128×128 block: transformers' FineGrainedFP8) or fp8-dynamic (compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations)"},
 			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
 			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
-			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), DefaultText: "the number of CPUs, at most 4", Usage: "layers converted at once"},
 			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {

@@ -66,7 +66,7 @@ func exportFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
 		&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
 		&cli.BoolFlag{Name: "keep-windows", Usage: "also write each window as DIR/windows/window_<first>_<last>.onnx and keep it (re-runs then skip unchanged windows)"},
-		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "windows exported (and compiled) at once"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), DefaultText: "the number of CPUs", Usage: "windows exported (and compiled) at once"},
 	}
 }
 

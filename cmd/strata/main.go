@@ -79,9 +79,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	out := &checkedWriter{w: stdout}
 	app := newApp(out, stderr)
-	err := refuseUnknownCommand(app, args)
-	if err == nil {
-		err = app.RunContext(ctx, interspersed(app, args))
+	var err error
+	if completing(args) {
+		err = app.RunContext(ctx, args)
+	} else if err = refuseUnknownCommand(app, args); err == nil {
+		err = requiredFlagHelp(app, args, app.RunContext(ctx, interspersed(app, args)))
 	}
 	if lost := out.failed(); lost != nil && (err == nil || errors.Is(err, out.err)) {
 		err = lost
@@ -156,12 +158,13 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 	return usageError{msg + "; see " + where}
 }
 
-// refuseUnknownCommand refuses an unknown command, suggesting the nearest one.
-func refuseUnknownCommand(app *cli.App, args []string) error {
+// commandWord is the index in args of the command's name, after the
+// global flags, or -1 (none, or a flag urfave/cli refuses first).
+func commandWord(app *cli.App, args []string) int {
 	i := 1
 	for i < len(args) && strings.HasPrefix(args[i], "-") {
 		if !isFlag(app.Flags, args[i]) && args[i] != "--help" && args[i] != "-h" && args[i] != "--version" {
-			return nil // urfave/cli refuses it
+			return -1 // urfave/cli refuses it
 		}
 		if takesValue(app.Flags, args[i]) {
 			i++
@@ -169,6 +172,28 @@ func refuseUnknownCommand(app *cli.App, args []string) error {
 		i++
 	}
 	if i >= len(args) {
+		return -1
+	}
+	return i
+}
+
+// requiredFlagHelp points urfave/cli's "Required flag ... not set" at the
+// command's help, as every other usage error does.
+func requiredFlagHelp(app *cli.App, args []string, err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "Required flag") {
+		return err
+	}
+	where := "strata --help"
+	if i := commandWord(app, args); i > 0 && app.Command(args[i]) != nil {
+		where = "strata " + args[i] + " --help"
+	}
+	return usageError{err.Error() + "; see " + where}
+}
+
+// refuseUnknownCommand refuses an unknown command, suggesting the nearest one.
+func refuseUnknownCommand(app *cli.App, args []string) error {
+	i := commandWord(app, args)
+	if i < 0 {
 		return nil
 	}
 	name := args[i]
@@ -317,7 +342,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return writeStats(c)
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), checkCommand(), versionCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), checkCommand(), versionCommand(),
+			completionCommand(), manCommand()},
+		EnableBashCompletion: true,
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError
