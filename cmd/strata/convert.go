@@ -26,6 +26,7 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "quantize", Usage: "none (dequantise a quantised source to --dtype, bfloat16 by default), fp8-block (E4M3 + weight_scale_inv per 128×128 block: transformers' FineGrainedFP8) or fp8-dynamic (compressed-tensors FP8_DYNAMIC: per-channel weights, dynamic per-token activations)"},
 			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR"},
 			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be written (shards and sizes, the files --finalize writes) and read, as into a new DIR; DIR is not created and nothing is written"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), DefaultText: "the number of CPUs, at most 4", Usage: "layers converted at once"},
 			jsonFlag(),
 		},
@@ -46,6 +47,7 @@ func convertCommand() *cli.Command {
 				Jobs:     c.Int("jobs"),
 				Progress: progressOut(c),
 				TTY:      isTerminal(c.App.ErrWriter),
+				DryRun:   c.Bool("dry-run"),
 			}
 			if s := c.String("layers"); s != "" {
 				r, err := parseLayers(s)
@@ -61,6 +63,14 @@ func convertCommand() *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", err)
 				}
 				return err
+			}
+			if opts.DryRun {
+				plan := planConvert(res, opts)
+				plan.print(reportOut(c))
+				if c.Bool("json") {
+					return emitJSON(c, plan)
+				}
+				return nil
 			}
 			reportConvert(textOut(c), res, opts)
 			if c.Bool("json") {

@@ -27,6 +27,7 @@ func exportCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace the files strata's manifest in DIR records even if they changed since (a damaged export, as strata check reports it); anything else in DIR is still refused"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "build the model in memory and report what would be written (files and sizes, model.onnx's inputs and outputs, windows, what is read); DIR is not created and nothing is written"},
 			jsonFlag(),
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
@@ -38,10 +39,13 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opts.Overwrite = c.Bool("overwrite")
+			opts.Overwrite, opts.DryRun = c.Bool("overwrite"), c.Bool("dry-run")
 			_, summary, err := runExport(c, dir, opts)
 			if err != nil || !c.Bool("json") {
 				return overwriteHint(err)
+			}
+			if summary.plan != nil {
+				return emitJSON(c, summary.plan)
 			}
 			return emitJSON(c, summary)
 		},
@@ -105,6 +109,11 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 		return nil, nil, err
 	}
 	recordBytesRead(c, ckpt.BytesRead)
+	if res.Planned != nil { // --dry-run: the report is the command's point, -q or not
+		plan := planExport(p, ckpt, loc, opts, res)
+		plan.print(reportOut(c))
+		return res, &exportSummary{plan: plan}, nil
+	}
 	summary := summarizeExport(start, p, ckpt, loc, opts, res)
 	summary.print(textOut(c))
 	for _, n := range res.Notes {

@@ -56,6 +56,8 @@ type exportSummary struct {
 	HeadersOnly         bool     `json:"headers_only"`
 	Seconds             float64  `json:"seconds"`
 	Notes               []string `json:"notes,omitempty"`
+
+	plan *exportPlan // --dry-run's report instead
 }
 
 type checkpointRef struct {

@@ -68,6 +68,9 @@ type Options struct {
 	// Progress receives progress output; TTY draws a bar in place.
 	Progress io.Writer
 	TTY      bool
+	// DryRun reports what would be written (Result.Planned) and read
+	// (Result.ReadBytes) without opening the output directory.
+	DryRun bool
 }
 
 // Result is what a run did.
@@ -85,6 +88,9 @@ type Result struct {
 	MTP          *MTP
 	Exclusions   []string
 	Quantization string
+	// A DryRun's files and the source bytes it would read.
+	Planned   []PlannedFile
+	ReadBytes int64
 }
 
 // validate checks option values.
@@ -140,17 +146,23 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	if err != nil {
 		return nil, err
 	}
+	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
+		// A whole run writes the tail (embeddings and head: often the
+		// largest shard) alongside the layers rather than after them.
+		todo = append([]int{-1}, todo...)
+	}
+	if opts.DryRun {
+		if res.Out, err = filepath.Abs(out); err != nil {
+			return nil, err
+		}
+		return res, p.dryRun(res, todo, opts.Layers == nil || opts.Finalize)
+	}
 	o, err := prepareOut(ctx, inv, out, p)
 	if err != nil {
 		return nil, err
 	}
 	defer o.d.Close()
 	res.Out = o.dir
-	if opts.Layers == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
-		// A whole run writes the tail (embeddings and head: often the
-		// largest shard) alongside the layers rather than after them.
-		todo = append([]int{-1}, todo...)
-	}
 	prog := newProgress(opts.Progress, opts.TTY, p, todo)
 	defer prog.stop()
 	written, kept, err := o.convertLayers(ctx, todo, opts.Jobs, prog)

@@ -74,6 +74,10 @@ type Options struct {
 	Overwrite bool
 	Jobs      int // windows exported at once (default: the number of CPUs)
 
+	// DryRun builds the model in memory and reports what would be written
+	// (Result.Planned) without opening Out.
+	DryRun bool
+
 	// ShardBytes bounds each materialised data file (0: 5 GB), as
 	// save_pretrained's max_shard_size.
 	ShardBytes int64
@@ -96,6 +100,8 @@ type Result struct {
 	Notes []string
 	// SeparateModels are the paths and sizes of the separate models written.
 	SeparateModels []SeparateFile
+	// Planned is what a DryRun would write; nothing was.
+	Planned *Planned
 }
 
 // SeparateFile is one separate model written beside model.onnx.
@@ -143,6 +149,9 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 		return nil, err
 	}
 	e.model = nil // the plugin has built everything: the inventory can go
+	if e.opts.DryRun {
+		return e.dryRun()
+	}
 	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt, e.opts); err != nil {
 		return nil, err
 	}
