@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/testbin"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 // --shard-size splits materialised weights as save_pretrained does, with
@@ -199,5 +201,49 @@ func TestCrashLogKeepsPanics(t *testing.T) {
 		"strata: plugin strata-plugin-x: goroutine 1 [running]:\n"
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// inspect shows the plugin options that apply, the expert layout found in
+// the keys and the quantisation, in text and in --json.
+func TestInspectShowsOptionsExpertsAndQuantisation(t *testing.T) {
+	t.Parallel()
+	fixtures := filepath.Join(testbin.Root(), "conformance", "fixtures")
+	for _, tc := range []struct {
+		model, plugins, layout, quant string
+		options                       bool
+	}{
+		{"qwen3moe-f32-top2-norm", qwenDir, "per-expert", "", true},
+		{"qwen3moe-f32-fused-mixed", qwenDir, "fused", "", true},
+		{"qwen3moe-fp8-block", qwenDir, "per-expert", "fp8", true},
+		{"llama-bf16-sharded", llamaDir, "", "", false},
+	} {
+		model := filepath.Join(fixtures, tc.model, "model")
+		code, stdout, stderr := strata(t, "inspect", model, "--json", "--plugin-dir", tc.plugins)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.model, code, stderr)
+		}
+		var r inspectReport
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		layout := ""
+		if r.ExpertLayout != nil {
+			layout = r.ExpertLayout.Layout
+		}
+		method := ""
+		if r.Quantization != nil {
+			method = r.Quantization.Method
+		}
+		hasOption := slices.ContainsFunc(r.Options, func(o *pb.PluginOption) bool { return o.GetName() == "moe_strategy" })
+		if layout != tc.layout || method != tc.quant || hasOption != tc.options {
+			t.Errorf("%s: expert layout %q, quantisation %q, moe_strategy option %v; want %q, %q, %v", tc.model, layout, method, hasOption, tc.layout, tc.quant, tc.options)
+		}
+		_, text, _ := strata(t, "inspect", model, "--plugin-dir", tc.plugins)
+		for row, want := range map[string]bool{"expert_layout": tc.layout != "", "options             --moe-strategy gather|dense": tc.options, "quantization": tc.quant != ""} {
+			if strings.Contains(text, row) != want {
+				t.Errorf("%s: text has %q: %v, want %v:\n%s", tc.model, row, !want, want, text)
+			}
+		}
 	}
 }
