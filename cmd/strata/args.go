@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -80,14 +81,31 @@ func interspersed(app *cli.App, args []string) []string {
 			positional = append(positional, a)
 		}
 	}
-	if len(positional) == 0 && taken >= 0 {
+	if key, value, _ := strings.Cut(at(flags, taken), "="); len(positional) == 0 && looksLikeModel(value) {
 		// `--vision MODEL`: the word was MODEL, not the option's value
 		// (every command with plugin options takes one MODEL).
-		key, value, _ := strings.Cut(flags[taken], "=")
 		flags[taken], positional = key, []string{value}
 	}
 	out = append(out, name)
 	return append(append(out, flags...), positional...)
+}
+
+func at(xs []string, i int) string {
+	if i < 0 || i >= len(xs) {
+		return ""
+	}
+	return xs[i]
+}
+
+// looksLikeModel reports whether a word is a MODEL rather than an option's
+// value (dense, true, 2): a path that exists, or one with a slash (a hub
+// id, a directory strata then reports missing).
+func looksLikeModel(word string) bool {
+	if word == "" {
+		return false
+	}
+	_, err := os.Stat(word)
+	return err == nil || strings.Contains(word, "/")
 }
 
 // nearFlag reports whether name is a likely typo of one of flags' names

@@ -42,7 +42,8 @@ func TestInterspersedHelpAndPluginOptions(t *testing.T) {
 		"qwen3vl vision inputs":            {"export M --vision true --extra-model vision", "export --plugin-option vision=true --extra-model vision M"},
 		"a bare option before a flag":      {"export M --vision --out D", "export --plugin-option vision --out D M"},
 		"a bare option at the end":         {"export M --out D --vision", "export --out D --plugin-option vision M"},
-		"a bare option before MODEL":       {"export --vision M --out D", "export --plugin-option vision --out D M"},
+		"a bare option before MODEL":       {"export --vision org/m --out D", "export --plugin-option vision --out D org/m"},
+		"a value, MODEL missing":           {"export --moe-strategy dense --out D", "export --plugin-option moe_strategy=dense --out D"},
 		"a value, then MODEL":              {"export --moe-strategy dense M --out D", "export --plugin-option moe_strategy=dense --out D M"},
 		"a typo of a flag is the parser's": {"export M --out D --layerwsie", "export --out D --layerwsie M"},
 	}

@@ -198,6 +198,7 @@ func TestUnwritableStdoutFails(t *testing.T) {
 		"inspect --json": {"inspect", tinyLlama, "--json"},
 		"export --json":  {"export", tinyLlama, "--json", "--out"}, // --out DIR added
 		"convert --json": {"convert", tinyLlama, "--json", "--out"},
+		"compile --json": {"compile", tinyLlama, "--dry-run", "--json", "--out"},
 		"check --json":   {"check", exported, "--json"},
 		"check":          {"check", exported},
 		"archs":          {"archs"},
