@@ -19,25 +19,13 @@ const dryRunNote = "dry run: nothing was written, and --out was not created"
 // exportPlan is export --dry-run's report: what a real run would write
 // and read (the text report and --json carry the same facts).
 type exportPlan struct {
-	Command   string `json:"command"`
-	DryRun    bool   `json:"dry_run"`
-	ModelType string `json:"model_type"`
-	Plugin    struct {
-		Name    string `json:"name"`
-		Version string `json:"version"`
-	} `json:"plugin"`
-	Checkpoint   checkpointRef  `json:"checkpoint"`
-	Out          string         `json:"out"`
-	Layers       int            `json:"layers"`
-	LayerKinds   map[string]int `json:"layer_kinds"`
-	Parameters   int64          `json:"parameters"`
-	ComputeDType string         `json:"compute_dtype"`
-	Weights      string         `json:"weights"`
-	Link         string         `json:"link"`
-	Files        []plannedFile  `json:"files"` // bytes null: known when written
-	Inputs       []plannedIO    `json:"inputs"`
-	Outputs      []plannedIO    `json:"outputs"`
-	Windows      []string       `json:"windows,omitempty"`
+	Command string `json:"command"`
+	DryRun  bool   `json:"dry_run"`
+	exportFacts
+	Files   []plannedFile `json:"files"` // bytes null: known when written
+	Inputs  []plannedIO   `json:"inputs"`
+	Outputs []plannedIO   `json:"outputs"`
+	Windows []string      `json:"windows,omitempty"`
 	// CheckpointBytesRead is what planning read (config, index, headers);
 	// ShardBytesRead what a real run would read more (copies, materialising).
 	CheckpointBytesRead int64    `json:"checkpoint_bytes_read"`
@@ -53,15 +41,9 @@ type plannedIO struct {
 
 func planExport(p *plugins.Plugin, ckpt *checkpoint.Checkpoint, loc checkpoint.Location, opts export.Options, res *export.Result) *exportPlan {
 	pl := res.Planned
-	s := &exportPlan{Command: "export", DryRun: true, ModelType: ckpt.ModelType, Out: opts.Out,
-		Checkpoint: checkpointRef{Name: loc.Name(), HubID: loc.HubID, Revision: loc.Revision, Commit: loc.Commit},
-		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
-		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: pl.Link, Windows: pl.Windows,
+	s := &exportPlan{Command: "export", DryRun: true, exportFacts: factsOf(p, ckpt, loc, opts, res), Windows: pl.Windows,
 		CheckpointBytesRead: ckpt.BytesRead, Notes: res.Notes, Files: []plannedFile{}}
-	s.Plugin.Name, s.Plugin.Version = p.Desc.GetName(), p.Desc.GetVersion()
-	for _, l := range res.Plan.GetLayers() {
-		s.LayerKinds[l.GetKind()]++
-	}
+	s.Link = pl.Link
 	for _, f := range pl.Files {
 		s.Files = append(s.Files, newPlannedFile(opts.Out, f.Path, f.Bytes, f.What))
 		if f.What == "checkpoint" && (s.Weights == weights.Materialize || s.Link == weights.LinkCopy) {

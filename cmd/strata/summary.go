@@ -29,21 +29,8 @@ func jsonFlag() cli.Flag {
 // exportSummary is what an export reports: the text summary and --json
 // carry the same facts under the same names.
 type exportSummary struct {
-	Command   string `json:"command"`
-	ModelType string `json:"model_type"`
-	Plugin    struct {
-		Name    string `json:"name"`
-		Version string `json:"version"`
-	} `json:"plugin"`
-	Checkpoint   checkpointRef  `json:"checkpoint"`
-	Out          string         `json:"out"`
-	Layers       int            `json:"layers"`
-	LayerKinds   map[string]int `json:"layer_kinds"`
-	Parameters   int64          `json:"parameters"`
-	ComputeDType string         `json:"compute_dtype"`
-	// Weights: "reference" or "materialize"; Link: how checkpoint/ reaches the shards.
-	Weights string `json:"weights"`
-	Link    string `json:"link"`
+	Command string `json:"command"`
+	exportFacts
 	// GraphWeights are the weights the graph uses; CheckpointFiles the
 	// checkpoint shards they are read from (reached through checkpoint/).
 	GraphWeights    int          `json:"graph_weights"`
@@ -58,6 +45,36 @@ type exportSummary struct {
 	Notes               []string `json:"notes,omitempty"`
 
 	plan *exportPlan // --dry-run's report instead
+}
+
+// exportFacts are what an export's summary and its dry run both say.
+type exportFacts struct {
+	ModelType string `json:"model_type"`
+	Plugin    struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	} `json:"plugin"`
+	Checkpoint   checkpointRef  `json:"checkpoint"`
+	Out          string         `json:"out"`
+	Layers       int            `json:"layers"`
+	LayerKinds   map[string]int `json:"layer_kinds"`
+	Parameters   int64          `json:"parameters"`
+	ComputeDType string         `json:"compute_dtype"`
+	// Weights: "reference" or "materialize"; Link: how checkpoint/ reaches the shards.
+	Weights string `json:"weights"`
+	Link    string `json:"link"`
+}
+
+func factsOf(p *plugins.Plugin, ckpt *checkpoint.Checkpoint, loc checkpoint.Location, opts export.Options, res *export.Result) exportFacts {
+	f := exportFacts{ModelType: ckpt.ModelType, Out: opts.Out,
+		Checkpoint: checkpointRef{Name: loc.Name(), HubID: loc.HubID, Revision: loc.Revision, Commit: loc.Commit},
+		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
+		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: opts.Link}
+	f.Plugin.Name, f.Plugin.Version = p.Desc.GetName(), p.Desc.GetVersion()
+	for _, l := range res.Plan.GetLayers() {
+		f.LayerKinds[l.GetKind()]++
+	}
+	return f
 }
 
 type checkpointRef struct {
@@ -84,10 +101,7 @@ type windowsRef struct {
 }
 
 func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, loc checkpoint.Location, opts export.Options, res *export.Result) *exportSummary {
-	s := &exportSummary{Command: "export", ModelType: ckpt.ModelType, Out: opts.Out,
-		Checkpoint: checkpointRef{Name: loc.Name(), HubID: loc.HubID, Revision: loc.Revision, Commit: loc.Commit},
-		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
-		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: opts.Link, GraphWeights: len(res.Spec.Weights),
+	s := &exportSummary{Command: "export", exportFacts: factsOf(p, ckpt, loc, opts, res), GraphWeights: len(res.Spec.Weights),
 		CheckpointBytesRead: ckpt.BytesRead, Notes: res.Notes}
 	for _, f := range res.Spec.Files { // what --link auto chose
 		if f.Kind == weights.KindCheckpoint && f.Link != "" {
@@ -99,10 +113,6 @@ func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkp
 		s.Link = weights.LinkHard
 	}
 	s.HeadersOnly = s.Weights == weights.Reference && s.Link != weights.LinkCopy
-	s.Plugin.Name, s.Plugin.Version = p.Desc.GetName(), p.Desc.GetVersion()
-	for _, l := range res.Plan.GetLayers() {
-		s.LayerKinds[l.GetKind()]++
-	}
 	add := func(rel, what string) {
 		path := filepath.Join(opts.Out, filepath.FromSlash(rel))
 		if info, err := os.Stat(path); err == nil && info.Mode().IsRegular() {

@@ -68,14 +68,7 @@ func (e *exporter) dryRun() (*Result, error) {
 			planned.Files = append(planned.Files, PlannedFile{Path: window.ManifestFile, Bytes: -1, What: "manifest"})
 		}
 	}
-	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile)
-	if err != nil {
-		return nil, err
-	}
-	e.releaseParts()
-	a.table.Placed()
-	spec := e.spec(a.table)
-	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	a, spec, m, held, err := e.buildWhole()
 	if err != nil {
 		return nil, err
 	}

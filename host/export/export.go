@@ -249,14 +249,7 @@ func layerwiseGuard(p *plugins.Plugin, modelType string, check *pb.CheckResponse
 
 // whole exports the model as one graph.
 func (e *exporter) whole() (*Result, error) {
-	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile)
-	if err != nil {
-		return nil, err
-	}
-	e.releaseParts()
-	a.table.Placed()
-	spec := e.spec(a.table)
-	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	a, spec, m, held, err := e.buildWhole()
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +258,22 @@ func (e *exporter) whole() (*Result, error) {
 		return nil, err
 	}
 	return e.result(spec, n), nil
+}
+
+// buildWhole assembles and builds the whole model in memory, with its spec.
+func (e *exporter) buildWhole() (*assembler, *weights.Spec, *onnxpb.ModelProto, [][]byte, error) {
+	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	e.releaseParts()
+	a.table.Placed()
+	spec := e.spec(a.table)
+	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return a, spec, m, held, nil
 }
 
 // releaseParts lets go of the plugin's parts (but the plan) once they are
