@@ -291,7 +291,7 @@ func printPluginOptions(w io.Writer) {
 	reg := plugins.Load(context.Background(), plugins.SearchPath(dirs), plugins.Options{
 		Timeout: 30 * time.Second, Logger: hclog.NewNullLogger()})
 	defer reg.Close()
-	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, or --plugin-option KEY=VALUE; from the plugins found):")
+	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, --KEY alone for a false|true option, or --plugin-option KEY=VALUE; from the plugins found):")
 	n := 0
 	defer func() {
 		if n == 0 {
