@@ -68,7 +68,7 @@ func completionCommand() *cli.Command {
 			case "zsh":
 				script = zshCompletion
 			case "fish":
-				if script, err = c.App.ToFishCompletion(); err != nil {
+				if script, err = docApp(c.App).ToFishCompletion(); err != nil {
 					return err
 				}
 			default:
@@ -98,19 +98,28 @@ func manCommand() *cli.Command {
 	}
 }
 
-// manPage is urfave/cli's Markdown of the app, with the ENVIRONMENT and
-// EXIT STATUS sections of `strata --help`, as a section 1 page.
-func manPage(app *cli.App) (string, error) {
-	// Without urfave/cli's help command, a package variable that running
-	// `strata help CMD` gives subcommands (itself among them): the page
-	// would depend on what ran before it in the process.
+// docApp is app as its man page and fish completion describe it: without
+// urfave/cli's help command, a package variable that running a command
+// adds to that command's subcommands (to its own, once `strata help CMD`
+// ran): urfave/cli's walk of them would not end, and what it writes would
+// depend on what ran before in the process. strata's commands have no
+// subcommands of their own.
+func docApp(app *cli.App) *cli.App {
 	doc := &cli.App{Name: app.Name, Usage: app.Usage, Flags: app.Flags}
 	for _, c := range app.Commands {
 		if c.Name != "help" {
-			doc.Commands = append(doc.Commands, c)
+			bare := *c
+			bare.Subcommands = nil
+			doc.Commands = append(doc.Commands, &bare)
 		}
 	}
-	md, err := doc.ToMarkdown()
+	return doc
+}
+
+// manPage is urfave/cli's Markdown of the app, with the ENVIRONMENT and
+// EXIT STATUS sections of `strata --help`, as a section 1 page.
+func manPage(app *cli.App) (string, error) {
+	md, err := docApp(app).ToMarkdown()
 	if err != nil {
 		return "", err
 	}
