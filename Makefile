@@ -14,7 +14,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build install demo test test-go test-conformance test-client test-outoftree test-python test-go-install lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
+.PHONY: all build install man demo test test-go test-conformance test-client test-outoftree test-python test-go-install lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
 
 all: build
 
@@ -33,6 +33,11 @@ build:
 PREFIX ?= /usr/local
 install:
 	GOBIN=$(abspath $(PREFIX)/bin) $(GO) install -ldflags "$(LDFLAGS)" ./cmd/strata $(addprefix ./cmd/strata-plugin-,$(PLUGINS))
+
+# docs/strata.1, the man page made from the commands and flags (a test
+# fails while the committed page is not the current one).
+man:
+	$(GO) run ./cmd/strata man > docs/strata.1.new && mv docs/strata.1.new docs/strata.1
 
 # Export the tiny Llama in examples/, greedy-decode it with ONNX Runtime,
 # compare with transformers.

@@ -31,7 +31,7 @@ func archsCommand() *cli.Command {
 					return err
 				}
 			} else {
-				report.print(textOut(c))
+				report.print(reportOut(c))
 			}
 			if len(report.Plugins) == 0 {
 				return noPluginsError(report.SearchPath)

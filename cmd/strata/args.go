@@ -1,9 +1,12 @@
 package main
 
 import (
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/strata-llm/strata/internal/suggest"
 )
 
 // interspersed moves a subcommand's flags ahead of its positional arguments,
@@ -33,6 +36,7 @@ func interspersed(app *cli.App, args []string) []string {
 		return append(append(out, name), args[i:]...)
 	}
 	var flags, positional []string
+	taken := -1 // in flags, the last plugin option that took the next word as its value
 	for ; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -52,15 +56,21 @@ func interspersed(app *cli.App, args []string) []string {
 			// dense is --plugin-option moe_strategy=dense. The plugin refuses
 			// names it does not know.
 			name, value, hasValue := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
-				value, hasValue = args[i+1], true
+			key := strings.ReplaceAll(name, "-", "_")
+			switch {
+			case hasValue:
+				flags = append(flags, "--"+pluginOptionFlag, key+"="+value)
+			case i+1 < len(args) && !strings.HasPrefix(args[i+1], "--"):
+				taken = len(flags) + 1
+				flags = append(flags, "--"+pluginOptionFlag, key+"="+args[i+1])
 				i++
+			case nearFlag(cmd.Flags, name):
+				flags = append(flags, a) // a typo: the parser refuses it, naming the flag
+			default:
+				// A bare option: true if the plugin declares it boolean
+				// (--vision), else refused as needing a value.
+				flags = append(flags, "--"+pluginOptionFlag, key)
 			}
-			if !hasValue {
-				flags = append(flags, a) // left for the parser to refuse
-				continue
-			}
-			flags = append(flags, "--"+pluginOptionFlag, strings.ReplaceAll(name, "-", "_")+"="+value)
 		case strings.HasPrefix(a, "-") && a != "-":
 			flags = append(flags, a)
 			if takesValue(cmd.Flags, a) && i+1 < len(args) {
@@ -71,8 +81,49 @@ func interspersed(app *cli.App, args []string) []string {
 			positional = append(positional, a)
 		}
 	}
+	if key, value, _ := strings.Cut(at(flags, taken), "="); len(positional) == 0 && looksLikeModel(value) {
+		// `--vision MODEL`: the word was MODEL, not the option's value
+		// (every command with plugin options takes one MODEL).
+		flags[taken], positional = key, []string{value}
+	}
 	out = append(out, name)
 	return append(append(out, flags...), positional...)
+}
+
+func at(xs []string, i int) string {
+	if i < 0 || i >= len(xs) {
+		return ""
+	}
+	return xs[i]
+}
+
+// looksLikeModel reports whether a word is a MODEL rather than an option's
+// value (dense, true, 2): a path that exists, or one with a slash (a hub
+// id, a directory strata then reports missing).
+func looksLikeModel(word string) bool {
+	if word == "" {
+		return false
+	}
+	_, err := os.Stat(word)
+	return err == nil || strings.Contains(word, "/")
+}
+
+// nearFlag reports whether name is a likely typo of one of flags' names
+// rather than a plugin option: one edit away, two for a long name
+// (--layerwsie; but --vision is not --revision).
+func nearFlag(flags []cli.Flag, name string) bool {
+	limit := 1
+	if len(name) >= 8 {
+		limit = 2
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if len(n) > 1 && suggest.Distance(name, n) <= limit {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pluginOptionFlag passes an option to the plugin.

@@ -34,13 +34,18 @@ func TestInterspersedHelpAndPluginOptions(t *testing.T) {
 	t.Parallel()
 	app := newApp(io.Discard, io.Discard)
 	cases := map[string]struct{ in, want string }{
-		"help before a global flag":     {"export --help --plugin-dir P", "--plugin-dir P export --help"},
-		"plugin option with a value":    {"export M --moe-strategy dense --out D", "export --plugin-option moe_strategy=dense --out D M"},
-		"plugin option then a flag":     {"export M --bogus --out D", "export --bogus --out D M"},
-		"plugin option, name=value":     {"compile M --moe-strategy=gather", "compile --plugin-option moe_strategy=gather M"},
-		"negative plugin option value":  {"export M --offset -1", "export --plugin-option offset=-1 M"},
-		"qwen3vl vision inputs":         {"export M --vision true --extra-model vision", "export --plugin-option vision=true --extra-model vision M"},
-		"a bare option is the parser's": {"export M --vision --out D", "export --vision --out D M"},
+		"help before a global flag":        {"export --help --plugin-dir P", "--plugin-dir P export --help"},
+		"plugin option with a value":       {"export M --moe-strategy dense --out D", "export --plugin-option moe_strategy=dense --out D M"},
+		"plugin option then a flag":        {"export M --bogus --out D", "export --plugin-option bogus --out D M"},
+		"plugin option, name=value":        {"compile M --moe-strategy=gather", "compile --plugin-option moe_strategy=gather M"},
+		"negative plugin option value":     {"export M --offset -1", "export --plugin-option offset=-1 M"},
+		"qwen3vl vision inputs":            {"export M --vision true --extra-model vision", "export --plugin-option vision=true --extra-model vision M"},
+		"a bare option before a flag":      {"export M --vision --out D", "export --plugin-option vision --out D M"},
+		"a bare option at the end":         {"export M --out D --vision", "export --out D --plugin-option vision M"},
+		"a bare option before MODEL":       {"export --vision org/m --out D", "export --plugin-option vision --out D org/m"},
+		"a value, MODEL missing":           {"export --moe-strategy dense --out D", "export --plugin-option moe_strategy=dense --out D"},
+		"a value, then MODEL":              {"export --moe-strategy dense M --out D", "export --plugin-option moe_strategy=dense --out D M"},
+		"a typo of a flag is the parser's": {"export M --out D --layerwsie", "export --out D --layerwsie M"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

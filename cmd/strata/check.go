@@ -28,7 +28,7 @@ func checkCommand() *cli.Command {
 					return err
 				}
 			} else {
-				r.Print(textOut(c))
+				r.Print(reportOut(c))
 			}
 			if r.Broken {
 				return fmt.Errorf("the export in %s is broken: re-run the export into it with --overwrite (strata export MODEL --out %s --overwrite, with the export's other flags), which replaces the files strata wrote there even if they changed, and nothing else", dir, dir)

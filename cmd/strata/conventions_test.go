@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // Every usage error exits 2 and says what is wrong; failures exit 1.
@@ -179,5 +182,196 @@ func TestCompileScriptMoves(t *testing.T) {
 	args := string(read(t, filepath.Join(movedOut, "qpc", "args.txt")))
 	if !strings.Contains(args, "-m="+filepath.Join(exported, "model.onnx")) {
 		t.Errorf("compiler got:\n%s", args)
+	}
+}
+
+// A command whose stdout cannot be written (a closed pipe, a full disk)
+// fails, saying so on stderr, instead of exiting 0 with its output lost.
+func TestUnwritableStdoutFails(t *testing.T) {
+	t.Parallel()
+	exported := filepath.Join(t.TempDir(), "exported")
+	if code, _, stderr := strata(t, "export", tinyLlama, "--out", exported, "--plugin-dir", llamaDir); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	commands := map[string][]string{
+		"archs --json":   {"archs", "--json"},
+		"inspect --json": {"inspect", tinyLlama, "--json"},
+		"export --json":  {"export", tinyLlama, "--json", "--out"}, // --out DIR added
+		"convert --json": {"convert", tinyLlama, "--json", "--out"},
+		"compile --json": {"compile", tinyLlama, "--dry-run", "--json", "--out"},
+		"check --json":   {"check", exported, "--json"},
+		"check":          {"check", exported},
+		"archs":          {"archs"},
+		"version":        {"version"},
+		"help":           {"--help"},
+	}
+	sinks := map[string]func(t *testing.T) *os.File{
+		"/dev/full": func(t *testing.T) *os.File {
+			f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			return f
+		},
+		"closed pipe": func(t *testing.T) *os.File {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			return w
+		},
+	}
+	for name, args := range commands {
+		for sink, open := range sinks {
+			t.Run(name+" > "+sink, func(t *testing.T) {
+				t.Parallel()
+				argv := append(slices.Clone(args), filepath.Join(t.TempDir(), "out"), "--plugin-dir", llamaDir)
+				if args[len(args)-1] != "--out" {
+					argv = append(slices.Clone(args), "--plugin-dir", llamaDir)
+				}
+				stdout := open(t)
+				defer stdout.Close()
+				cmd := exec.Command(strataBin, argv...)
+				var stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = stdout, &stderr
+				err := cmd.Run()
+				code := cmd.ProcessState.ExitCode()
+				if code != 1 || !strings.Contains(stderr.String(), "writing the output to stdout") {
+					t.Errorf("exit %d (%v), want 1 and a message; stderr:\n%s", code, err, stderr.String())
+				}
+			})
+		}
+	}
+}
+
+// A boolean plugin option works bare, as a boolean flag: --vision is
+// --vision true, and implies vision.onnx as --mtp draft implies mtp.onnx;
+// an option with other values written bare is refused, naming them.
+func TestBarePluginOptions(t *testing.T) {
+	t.Parallel()
+	plugins := t.TempDir()
+	if _, err := testbin.Build(plugins, "strata-plugin-qwen3vl", "./plugins/qwen3vl"); err != nil {
+		t.Fatal(err)
+	}
+	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "qwen3vl-f32-dense-vision", "model")
+	inputs := func(path string) []string {
+		var names []string
+		for _, in := range readModel(t, path).GetGraph().GetInput() {
+			names = append(names, in.GetName())
+		}
+		return names
+	}
+	var want []string // model.onnx's inputs with --vision true --extra-model vision
+	for i, args := range [][]string{
+		{"--vision", "true", "--extra-model", "vision"},
+		{"--vision"},
+		{"--plugin-option", "vision"},
+		{"--vision", fixture}, // MODEL after the bare option
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		argv := append([]string{"export", fixture, "--out", out, "--plugin-dir", plugins}, args...)
+		if args[len(args)-1] == fixture {
+			argv = append([]string{"export", "--out", out, "--plugin-dir", plugins}, args...)
+		}
+		code, _, stderr := strata(t, argv...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		got := inputs(filepath.Join(out, "model.onnx"))
+		if i == 0 {
+			want = got
+		}
+		if !slices.Contains(got, "vision_embeds") || !slices.Equal(got, want) {
+			t.Errorf("%v: model.onnx inputs %v, want %v", args, got, want)
+		}
+		if !fileExists(filepath.Join(out, "vision.onnx")) {
+			t.Errorf("%v: no vision.onnx", args)
+		}
+	}
+	// Without the option: text only, no vision.onnx.
+	out := filepath.Join(t.TempDir(), "out")
+	if code, _, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", plugins); code != 0 || fileExists(filepath.Join(out, "vision.onnx")) {
+		t.Errorf("no --vision: exit %d, vision.onnx written %v: %s", code, fileExists(filepath.Join(out, "vision.onnx")), stderr)
+	}
+	// Not boolean: a value is needed.
+	out = filepath.Join(t.TempDir(), "out")
+	code, _, stderr := strata(t, "export", fixture, "--out", out, "--plugin-dir", plugins, "--position-ids-rank")
+	if code != 2 || !strings.Contains(stderr, "--position-ids-rank needs a value: one of 2, 3") || fileExists(out) {
+		t.Errorf("bare --position-ids-rank: exit %d: %s", code, stderr)
+	}
+}
+
+// docs/strata.1 is the man page the commands make now (go test -update,
+// or make man, rewrites it).
+func TestManPageIsCurrent(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(testbin.Root(), "docs", "strata.1")
+	strata(t, "help", "export") // see TestShellCompletion
+	code, page, stderr := strata(t, "man")
+	if code != 0 || !strings.Contains(page, ".TH strata 1") {
+		t.Fatalf("strata man: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"export", "--revision", "EXIT STATUS", "HF_HUB_CACHE", "the number of CPUs"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the man page lacks %q", want)
+		}
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if committed, err := os.ReadFile(path); err != nil || string(committed) != page {
+		t.Errorf("%s is not the page the commands make (%v): run make man (or go test ./cmd/strata -run TestManPageIsCurrent -update)", path, err)
+	}
+}
+
+// strata completion prints a script per shell that the shell parses; the
+// binary answers the scripts' requests with commands and flags.
+func TestShellCompletion(t *testing.T) {
+	t.Parallel()
+	// urfave/cli's help command, once run, is its own subcommand: the
+	// fish script and the man page must not walk it (in-process runs).
+	strata(t, "help", "export")
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, script, stderr := strata(t, "completion", shell)
+		if code != 0 || !strings.Contains(script, "strata") {
+			t.Fatalf("completion %s: exit %d: %s", shell, code, stderr)
+		}
+		if _, err := exec.LookPath(shell); err != nil {
+			continue // not installed: the syntax check needs the shell
+		}
+		if out, err := exec.Command(shell, "-n", "-c", script).CombinedOutput(); err != nil {
+			t.Errorf("%s -n: %v\n%s", shell, err, out)
+		}
+	}
+	if code, _, stderr := strata(t, "completion", "tcsh"); code != 2 || !strings.Contains(stderr, "bash, zsh or fish") {
+		t.Errorf("completion tcsh: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{completeFlag}, []string{"export", "inspect", "completion"}},
+		{[]string{"export", "--o", completeFlag}, []string{"--out", "--overwrite"}},
+	} {
+		out, err := exec.Command(strataBin, tc.args...).Output()
+		for _, w := range tc.want {
+			if err != nil || !slices.Contains(strings.Fields(string(out)), w) {
+				t.Errorf("%v: %v, want %q among:\n%s", tc.args, err, w, out)
+			}
+		}
+	}
+	// bash, as it runs the script: the words completing "strata exp".
+	if _, err := exec.LookPath("bash"); err == nil {
+		code, script, _ := strata(t, "completion", "bash")
+		probe := script + `COMP_WORDS=(strata exp); COMP_CWORD=1; _strata_complete; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "-c", probe)
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(strataBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.Output()
+		if code != 0 || err != nil || strings.TrimSpace(string(out)) != "export" {
+			t.Errorf("bash completes strata exp to %q (%v)", out, err)
+		}
 	}
 }

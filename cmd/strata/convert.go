@@ -28,7 +28,8 @@ func convertCommand() *cli.Command {
 			&cli.StringFlag{Name: "layers", Usage: "convert only decoder layers `FIRST-LAST` (inclusive), e.g. to split a conversion over machines sharing DIR; auto: this scheduler task's share (JOB_COMPLETION_INDEX of a Kubernetes Indexed Job, SLURM_ARRAY_TASK_ID of a Slurm array)"},
 			&cli.IntFlag{Name: "tasks", Usage: "with --layers auto: how many tasks share the conversion (a Kubernetes Job's completions; a Slurm array's SLURM_ARRAY_TASK_COUNT by default)"},
 			&cli.BoolFlag{Name: "finalize", Usage: "write tail, config, report and index once every layer is present (alone: convert no layer; refuses, naming the missing layers)"},
-			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), Usage: "layers converted at once"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be written (shards and sizes, the files --finalize writes) and read, as into a new DIR; DIR is not created and nothing is written"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: min(runtime.NumCPU(), 4), DefaultText: "the number of CPUs, at most 4", Usage: "layers converted at once"},
 			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -52,6 +53,7 @@ func convertCommand() *cli.Command {
 				Jobs:     c.Int("jobs"),
 				Progress: progressOut(c),
 				TTY:      isTerminal(c.App.ErrWriter),
+				DryRun:   c.Bool("dry-run"),
 			}
 			if c.IsSet("tasks") && (c.String("layers") != "auto" || c.Int("tasks") < 1) {
 				return usageError{fmt.Sprintf("--tasks %d: give a count ≥ 1, with --layers auto", c.Int("tasks"))}
@@ -76,6 +78,14 @@ func convertCommand() *cli.Command {
 					fmt.Fprintf(c.App.ErrWriter, "strata: %v\n", err)
 				}
 				return err
+			}
+			if opts.DryRun {
+				plan := planConvert(res, opts)
+				plan.print(reportOut(c))
+				if c.Bool("json") {
+					return emitJSON(c, plan)
+				}
+				return nil
 			}
 			reportConvert(textOut(c), res, opts)
 			if c.Bool("json") {

@@ -33,4 +33,7 @@ strata compile MODEL --out out/c --layerwise --compile-per-window -j 4 --json`,
 strata convert-bin org/name --out ./name-safetensors   # a .bin checkpoint in the Hugging Face cache`,
 	"version": `strata version
 strata --version`,
+	"completion": `eval "$(strata completion bash)"                 # in ~/.bashrc
+strata completion zsh > "${fpath[1]}/_strata"
+strata completion fish > ~/.config/fish/completions/strata.fish`,
 }

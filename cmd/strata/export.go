@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 func exportCommand() *cli.Command {
@@ -25,6 +27,7 @@ func exportCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace the files strata's manifest in DIR records even if they changed since (a damaged export, as strata check reports it); anything else in DIR is still refused"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "build the model in memory and report what would be written (files and sizes, model.onnx's inputs and outputs, windows, what is read); DIR is not created and nothing is written"},
 			jsonFlag(),
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
@@ -40,10 +43,13 @@ func exportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			opts.Overwrite = c.Bool("overwrite")
+			opts.Overwrite, opts.DryRun = c.Bool("overwrite"), c.Bool("dry-run")
 			_, summary, err := runExport(c, dir, opts)
 			if err != nil || !c.Bool("json") {
 				return overwriteHint(err)
+			}
+			if summary.plan != nil {
+				return emitJSON(c, summary.plan)
 			}
 			return emitJSON(c, summary)
 		},
@@ -68,7 +74,7 @@ func exportFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "layerwise", Usage: "export windows of --window-size layers as models of their own, then stitch them into model.onnx"},
 		&cli.IntFlag{Name: "window-size", Value: 1, Usage: "decoder layers per window, with --layerwise"},
 		&cli.BoolFlag{Name: "keep-windows", Usage: "also write each window as DIR/windows/window_<first>_<last>.onnx and keep it (re-runs then skip unchanged windows)"},
-		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "windows exported (and compiled) at once"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), DefaultText: "the number of CPUs", Usage: "windows exported (and compiled) at once"},
 	}
 }
 
@@ -107,6 +113,11 @@ func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result,
 		return nil, nil, err
 	}
 	recordBytesRead(c, ckpt.BytesRead)
+	if res.Planned != nil { // --dry-run: the report is the command's point, -q or not
+		plan := planExport(p, ckpt, loc, opts, res)
+		plan.print(reportOut(c))
+		return res, &exportSummary{plan: plan}, nil
+	}
 	summary := summarizeExport(start, p, ckpt, loc, opts, res)
 	summary.print(textOut(c))
 	for _, n := range res.Notes {
@@ -157,12 +168,13 @@ func overwriteHint(err error) error {
 }
 
 // pluginOptions gathers --plugin-option KEY=VALUE (the CLI rewrote any
-// --KEY VALUE strata has no flag for into one) for the plugin.
+// --KEY VALUE strata has no flag for into one) for the plugin. A bare KEY
+// (--vision) is left empty for checkPluginOptions to settle.
 func pluginOptions(c *cli.Context) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range c.StringSlice("plugin-option") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "" {
 			return nil, usageError{fmt.Sprintf("--plugin-option %q: want KEY=VALUE", kv)}
 		}
 		out[k] = v
@@ -194,7 +206,7 @@ func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opt
 		}
 	}
 	if len(unknown) == 0 {
-		return nil
+		return settleBare(c, support.GetOptions(), opts)
 	}
 	sort.Strings(unknown)
 	has := "none"
@@ -203,6 +215,34 @@ func checkPluginOptions(c *cli.Context, p *plugins.Plugin, modelType string, opt
 	}
 	return usageError{fmt.Sprintf("unknown flag or plugin option %s: not a flag of strata %s, and plugin %s declares no such option for %s (its options: %s); see strata %s --help",
 		strings.Join(unknown, ", "), c.Command.Name, p.Desc.GetName(), modelType, has, c.Command.Name)}
+}
+
+// settleBare gives each option written bare (--vision, --plugin-option
+// vision) the value true when the plugin declares it boolean, as a boolean
+// flag; any other option needs a value, and says which.
+func settleBare(c *cli.Context, declared []*pb.PluginOption, opts map[string]string) error {
+	for _, kv := range c.StringSlice(pluginOptionFlag) {
+		if strings.Contains(kv, "=") {
+			continue
+		}
+		for _, o := range declared {
+			if o.GetName() != kv {
+				continue
+			}
+			if allowed := slices.Sorted(slices.Values(o.GetAllowedValues())); slices.Equal(allowed, []string{"false", "true"}) {
+				opts[kv] = "true"
+				break
+			}
+			flag := "--" + strings.ReplaceAll(kv, "_", "-")
+			values := "a value"
+			if len(o.GetAllowedValues()) > 0 {
+				values = "one of " + strings.Join(o.GetAllowedValues(), ", ")
+			}
+			return usageError{fmt.Sprintf("%s needs a value: %s (default %s), e.g. %s %s; see strata %s --help",
+				flag, values, o.GetDefaultValue(), flag, o.GetDefaultValue(), c.Command.Name)}
+		}
+	}
+	return nil
 }
 
 // layerwiseArchs lists the model_types whose plugin supports --layerwise.

@@ -74,6 +74,8 @@ func TestHuggingFaceCacheModels(t *testing.T) {
 		"unknown revision": {env: map[string]string{"HF_HUB_CACHE": cache}, args: []string{"org/tiny-llama", "--revision", "v2"}, code: 1,
 			want: []string{"no ref or snapshot v2", "refs: main, v1", "hf download org/tiny-llama --revision v2"}},
 		"revision of a plain dir": {args: []string{tinyLlama, "--revision", "main"}, code: 1, want: []string{"is a checkpoint directory"}},
+		"4-digit commit prefix":   {env: map[string]string{"HF_HUB_CACHE": cache}, args: []string{"org/tiny-llama", "--revision", second[:4]}, snapshot: second},
+		"malformed revision":      {env: map[string]string{"HF_HUB_CACHE": cache}, args: []string{"org/tiny-llama", "--revision", "v1~1"}, code: 2, want: []string{`--revision "v1~1": not a ref name`}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

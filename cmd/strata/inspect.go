@@ -45,7 +45,7 @@ func inspectCommand() *cli.Command {
 					return err
 				}
 			} else {
-				report.print(textOut(c))
+				report.print(reportOut(c))
 			}
 			if !report.Supported {
 				// The report is printed; the exit status says strata cannot export it.
@@ -82,6 +82,10 @@ type inspectReport struct {
 	MTP *mtpReport `json:"mtp,omitempty"`
 	// Quantization is how the weights are quantised (absent: they are not).
 	Quantization *quantReport `json:"quantization,omitempty"`
+	// ExpertLayout is the MoE expert layout found in the keys (absent: none).
+	ExpertLayout *expertsReport `json:"expert_layout,omitempty"`
+	// Options are the plugin options that apply to this model_type.
+	Options []*pb.PluginOption `json:"options,omitempty"`
 }
 
 type quantReport struct {
@@ -122,6 +126,7 @@ func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins
 		Config: readArchNumbers(ckpt.ConfigJSON)}
 	q, err := quant.Read(ckpt)
 	r.countTensors(ckpt, q)
+	r.ExpertLayout = detectExperts(ckpt)
 	if err != nil {
 		r.Reasons = []string{err.Error()}
 		return r
@@ -132,6 +137,9 @@ func inspectCheckpoint(c *cli.Context, ckpt *checkpoint.Checkpoint, reg *plugins
 		return r
 	}
 	r.Plugin = &pluginRef{Name: p.Desc.GetName(), Version: p.Desc.GetVersion(), Path: p.Path}
+	if support, ok := p.Support(ckpt.ModelType); ok {
+		r.Options = support.GetOptions()
+	}
 	model := export.Model(ckpt, q)
 	check, err := p.Check(c.Context, model)
 	if err != nil {
@@ -242,6 +250,16 @@ func (r inspectReport) print(w io.Writer) {
 		}
 		for _, n := range qr.Notes {
 			row("note", n)
+		}
+	}
+	if r.ExpertLayout != nil {
+		row("expert_layout", r.ExpertLayout.String())
+	}
+	if len(r.Options) > 0 {
+		var b strings.Builder
+		printOptions(&b, "", r.Options)
+		for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+			row("options", line)
 		}
 	}
 	row("parameters", fmt.Sprintf("%s (%d)", human(r.Parameters, ""), r.Parameters))

@@ -30,7 +30,43 @@ var version = "dev"
 
 func main() {
 	tuneGC()
+	// A write to a closed stdout pipe then fails with EPIPE, which run
+	// reports, instead of the runtime killing strata by SIGPIPE before the
+	// plugins are stopped. (Caught signals are not inherited by plugins.)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// checkedWriter is stdout, remembering the first write that failed (a
+// closed pipe, a full disk): a command whose output was lost fails.
+type checkedWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	c.err = err
+	return n, err
+}
+
+// failed is the error to report when stdout could not be written, or nil.
+func (c *checkedWriter) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		return nil
+	}
+	return fmt.Errorf("writing the output to stdout: %w (is the reader of the pipe gone, or the disk full?); the output is incomplete", c.err)
 }
 
 // run executes the CLI and returns the process exit code. Ctrl-C cancels the
@@ -41,10 +77,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
 
-	app := newApp(stdout, stderr)
-	err := refuseUnknownCommand(app, args)
-	if err == nil {
-		err = app.RunContext(ctx, interspersed(app, args))
+	out := &checkedWriter{w: stdout}
+	app := newApp(out, stderr)
+	var err error
+	if completing(args) {
+		err = app.RunContext(ctx, args)
+	} else if err = refuseUnknownCommand(app, args); err == nil {
+		err = requiredFlagHelp(app, args, app.RunContext(ctx, interspersed(app, args)))
+	}
+	if lost := out.failed(); lost != nil && (err == nil || errors.Is(err, out.err)) {
+		err = lost
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -116,12 +158,13 @@ func onUsageError(c *cli.Context, err error, _ bool) error {
 	return usageError{msg + "; see " + where}
 }
 
-// refuseUnknownCommand refuses an unknown command, suggesting the nearest one.
-func refuseUnknownCommand(app *cli.App, args []string) error {
+// commandWord is the index in args of the command's name, after the
+// global flags, or -1 (none, or a flag urfave/cli refuses first).
+func commandWord(app *cli.App, args []string) int {
 	i := 1
 	for i < len(args) && strings.HasPrefix(args[i], "-") {
 		if !isFlag(app.Flags, args[i]) && args[i] != "--help" && args[i] != "-h" && args[i] != "--version" {
-			return nil // urfave/cli refuses it
+			return -1 // urfave/cli refuses it
 		}
 		if takesValue(app.Flags, args[i]) {
 			i++
@@ -129,6 +172,28 @@ func refuseUnknownCommand(app *cli.App, args []string) error {
 		i++
 	}
 	if i >= len(args) {
+		return -1
+	}
+	return i
+}
+
+// requiredFlagHelp points urfave/cli's "Required flag ... not set" at the
+// command's help, as every other usage error does.
+func requiredFlagHelp(app *cli.App, args []string, err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "Required flag") {
+		return err
+	}
+	where := "strata --help"
+	if i := commandWord(app, args); i > 0 && app.Command(args[i]) != nil {
+		where = "strata " + args[i] + " --help"
+	}
+	return usageError{err.Error() + "; see " + where}
+}
+
+// refuseUnknownCommand refuses an unknown command, suggesting the nearest one.
+func refuseUnknownCommand(app *cli.App, args []string) error {
+	i := commandWord(app, args)
+	if i < 0 {
 		return nil
 	}
 	name := args[i]
@@ -226,7 +291,7 @@ func printPluginOptions(w io.Writer) {
 	reg := plugins.Load(context.Background(), plugins.SearchPath(dirs), plugins.Options{
 		Timeout: 30 * time.Second, Logger: hclog.NewNullLogger()})
 	defer reg.Close()
-	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, or --plugin-option KEY=VALUE; from the plugins found):")
+	fmt.Fprintln(w, "\nPLUGIN OPTIONS (--KEY VALUE, --KEY alone for a false|true option, or --plugin-option KEY=VALUE; from the plugins found):")
 	n := 0
 	defer func() {
 		if n == 0 {
@@ -257,8 +322,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look for strata-plugin-* binaries in `DIR` first (repeatable)"},
 			&cli.DurationFlag{Name: "plugin-timeout", Value: 2 * time.Minute, Usage: "give up on a plugin that does not start or answer a call within this long"},
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show plugin logs"},
-			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, notes or text summary (errors, warnings and --json results still print)"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show the plugins' logs (go-plugin's [WARN]/[ERROR] lines with timestamps); without it only a plugin's panic is shown"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, notes or summary of export, convert and compile (the reports of archs, inspect and check, errors, warnings and --json results still print)"},
 		}, append(profileFlags(), statsFlag())...),
 		OnUsageError: onUsageError,
 		Before: func(c *cli.Context) error {
@@ -277,7 +342,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 			return writeStats(c)
 		},
-		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), checkCommand(), versionCommand()},
+		Commands: []*cli.Command{archsCommand(), inspectCommand(), exportCommand(), compileCommand(), convertCommand(), convertBinCommand(), checkCommand(), versionCommand(),
+			completionCommand(), manCommand()},
+		EnableBashCompletion: true,
 	}
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError
@@ -323,14 +390,9 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 // startPlugins starts and describes every plugin; it prints nothing, so it
 // may run beside other work (export opens the checkpoint meanwhile).
 func startPlugins(c *cli.Context) *plugins.Registry {
-	level := hclog.Warn
-	if c.Bool("verbose") {
-		level = hclog.Debug
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: level})
 	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
-		Logger:  logger,
+		Logger:  pluginLogger(c.App.ErrWriter, c.Bool("verbose")),
 	})
 }
 

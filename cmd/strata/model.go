@@ -9,7 +9,7 @@ import (
 // revisionFlag picks (each app gets its own flags: urfave/cli writes into
 // them while parsing) the snapshot of a Hugging Face cache repository.
 func revisionFlag() cli.Flag {
-	return &cli.StringFlag{Name: "revision", Usage: "with a hub id or a Hugging Face cache repository: the snapshot of `REV`, a ref name or a commit hash (default: main)"}
+	return &cli.StringFlag{Name: "revision", Usage: "with a hub id or a Hugging Face cache repository: the snapshot of `REV`, a ref name or a commit hash (default: main); a commit may be abbreviated to 4 or more hex digits, as with git"}
 }
 
 // modelArgs is how commands name their MODEL argument in help.

@@ -29,7 +29,26 @@ func jsonFlag() cli.Flag {
 // exportSummary is what an export reports: the text summary and --json
 // carry the same facts under the same names.
 type exportSummary struct {
-	Command   string `json:"command"`
+	Command string `json:"command"`
+	exportFacts
+	// GraphWeights are the weights the graph uses; CheckpointFiles the
+	// checkpoint shards they are read from (reached through checkpoint/).
+	GraphWeights    int          `json:"graph_weights"`
+	CheckpointFiles int          `json:"checkpoint_files"`
+	Files           []writtenRef `json:"files"`
+	Windows         *windowsRef  `json:"windows,omitempty"`
+	// CheckpointBytesRead counts config, index and headers; HeadersOnly
+	// says no tensor data was read (reference mode).
+	CheckpointBytesRead int64    `json:"checkpoint_bytes_read"`
+	HeadersOnly         bool     `json:"headers_only"`
+	Seconds             float64  `json:"seconds"`
+	Notes               []string `json:"notes,omitempty"`
+
+	plan *exportPlan // --dry-run's report instead
+}
+
+// exportFacts are what an export's summary and its dry run both say.
+type exportFacts struct {
 	ModelType string `json:"model_type"`
 	Plugin    struct {
 		Name    string `json:"name"`
@@ -44,18 +63,18 @@ type exportSummary struct {
 	// Weights: "reference" or "materialize"; Link: how checkpoint/ reaches the shards.
 	Weights string `json:"weights"`
 	Link    string `json:"link"`
-	// GraphWeights are the weights the graph uses; CheckpointFiles the
-	// checkpoint shards they are read from (reached through checkpoint/).
-	GraphWeights    int          `json:"graph_weights"`
-	CheckpointFiles int          `json:"checkpoint_files"`
-	Files           []writtenRef `json:"files"`
-	Windows         *windowsRef  `json:"windows,omitempty"`
-	// CheckpointBytesRead counts config, index and headers; HeadersOnly
-	// says no tensor data was read (reference mode).
-	CheckpointBytesRead int64    `json:"checkpoint_bytes_read"`
-	HeadersOnly         bool     `json:"headers_only"`
-	Seconds             float64  `json:"seconds"`
-	Notes               []string `json:"notes,omitempty"`
+}
+
+func factsOf(p *plugins.Plugin, ckpt *checkpoint.Checkpoint, loc checkpoint.Location, opts export.Options, res *export.Result) exportFacts {
+	f := exportFacts{ModelType: ckpt.ModelType, Out: opts.Out,
+		Checkpoint: checkpointRef{Name: loc.Name(), HubID: loc.HubID, Revision: loc.Revision, Commit: loc.Commit},
+		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
+		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: opts.Link}
+	f.Plugin.Name, f.Plugin.Version = p.Desc.GetName(), p.Desc.GetVersion()
+	for _, l := range res.Plan.GetLayers() {
+		f.LayerKinds[l.GetKind()]++
+	}
+	return f
 }
 
 type checkpointRef struct {
@@ -82,10 +101,7 @@ type windowsRef struct {
 }
 
 func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, loc checkpoint.Location, opts export.Options, res *export.Result) *exportSummary {
-	s := &exportSummary{Command: "export", ModelType: ckpt.ModelType, Out: opts.Out,
-		Checkpoint: checkpointRef{Name: loc.Name(), HubID: loc.HubID, Revision: loc.Revision, Commit: loc.Commit},
-		Layers:     len(res.Plan.GetLayers()), LayerKinds: map[string]int{}, Parameters: res.Parameters,
-		ComputeDType: res.Spec.ComputeDType, Weights: res.Spec.Mode, Link: opts.Link, GraphWeights: len(res.Spec.Weights),
+	s := &exportSummary{Command: "export", exportFacts: factsOf(p, ckpt, loc, opts, res), GraphWeights: len(res.Spec.Weights),
 		CheckpointBytesRead: ckpt.BytesRead, Notes: res.Notes}
 	for _, f := range res.Spec.Files { // what --link auto chose
 		if f.Kind == weights.KindCheckpoint && f.Link != "" {
@@ -97,10 +113,6 @@ func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkp
 		s.Link = weights.LinkHard
 	}
 	s.HeadersOnly = s.Weights == weights.Reference && s.Link != weights.LinkCopy
-	s.Plugin.Name, s.Plugin.Version = p.Desc.GetName(), p.Desc.GetVersion()
-	for _, l := range res.Plan.GetLayers() {
-		s.LayerKinds[l.GetKind()]++
-	}
 	add := func(rel, what string) {
 		path := filepath.Join(opts.Out, filepath.FromSlash(rel))
 		if info, err := os.Stat(path); err == nil && info.Mode().IsRegular() {
@@ -196,8 +208,17 @@ func (s *exportSummary) print(w io.Writer) {
 // textOut is where a command's text output goes: nowhere with --json (the
 // JSON is the output), stderr with --stats - (stdout holds the stats).
 func textOut(c *cli.Context) io.Writer {
+	if c.Bool("quiet") {
+		return io.Discard
+	}
+	return reportOut(c)
+}
+
+// reportOut is where a report that is the command's whole point (archs,
+// inspect, check) goes: as textOut, but --quiet does not silence it.
+func reportOut(c *cli.Context) io.Writer {
 	switch {
-	case c.Bool("json") || c.Bool("quiet"):
+	case c.Bool("json"):
 		return io.Discard
 	case c.Path("stats") == "-":
 		return c.App.ErrWriter

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/internal/testbin"
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
 // --shard-size splits materialised weights as save_pretrained does, with
@@ -137,6 +140,110 @@ func TestHelpCommand(t *testing.T) {
 		code, _, stderr := strata(t, strings.Fields(args)...)
 		if code != 2 || !strings.Contains(stderr, where) || strings.Contains(stderr, "strata strata") {
 			t.Errorf("%s: exit %d, want 2 and %q once:\n%s", args, code, where, stderr)
+		}
+	}
+}
+
+// -q silences progress and notes, not the report that is the whole point
+// of archs, inspect and check.
+func TestQuietKeepsReports(t *testing.T) {
+	t.Parallel()
+	exported := filepath.Join(t.TempDir(), "exported")
+	if code, _, stderr := strata(t, "export", tinyLlama, "--out", exported, "--plugin-dir", llamaDir); code != 0 {
+		t.Fatalf("export: %s", stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"archs"}, "llama"},
+		{[]string{"inspect", tinyLlama}, "model_type"},
+		{[]string{"check", exported}, "onnx runtime: loads it"},
+	} {
+		code, stdout, stderr := strata(t, append([]string{"-q"}, append(tc.args, "--plugin-dir", llamaDir)...)...)
+		if code != 0 || !strings.Contains(strings.ToLower(stdout), tc.want) {
+			t.Errorf("-q %v: exit %d, stdout %q (want %q), stderr %q", tc.args, code, stdout, tc.want, stderr)
+		}
+	}
+}
+
+// Without -v no raw plugin log line ([ERROR], a timestamp) reaches stderr,
+// only strata's own error; -v shows them.
+func TestPluginLogsOnlyWithVerbose(t *testing.T) {
+	t.Parallel()
+	raw := regexp.MustCompile(`\[(ERROR|WARN|INFO|DEBUG)\]|\d{4}-\d\d-\d\dT\d\d:\d\d`)
+	for _, verbose := range []bool{false, true} {
+		args := []string{"export", tinyLlama, "--out", filepath.Join(t.TempDir(), "o"), "--plugin-dir", fakeDirs["crash-on-plan"]}
+		if verbose {
+			args = append([]string{"-v"}, args...)
+		}
+		code, _, stderr := strata(t, args...)
+		if code != 1 || !strings.Contains(stderr, "stopped responding") {
+			t.Fatalf("-v %v: exit %d: %s", verbose, code, stderr)
+		}
+		if raw.MatchString(stderr) != verbose {
+			t.Errorf("-v %v: raw plugin log lines shown %v:\n%s", verbose, !verbose, stderr)
+		}
+	}
+}
+
+// A plugin's panic still shows without -v, as strata's own lines; its
+// other log lines do not.
+func TestCrashLogKeepsPanics(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	log := pluginLogger(&out, false).Named("strata-plugin-x").Named("strata-plugin-x")
+	log.Warn("plugin failed to exit gracefully")
+	log.Error("plugin process exited", "error", "exit status 2")
+	log.Error("panic: runtime error: index out of range [3] with length 3")
+	log.Error("goroutine 1 [running]:")
+	want := "strata: plugin strata-plugin-x: panic: runtime error: index out of range [3] with length 3\n" +
+		"strata: plugin strata-plugin-x: goroutine 1 [running]:\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
+// inspect shows the plugin options that apply, the expert layout found in
+// the keys and the quantisation, in text and in --json.
+func TestInspectShowsOptionsExpertsAndQuantisation(t *testing.T) {
+	t.Parallel()
+	fixtures := filepath.Join(testbin.Root(), "conformance", "fixtures")
+	for _, tc := range []struct {
+		model, plugins, layout, quant string
+		options                       bool
+	}{
+		{"qwen3moe-f32-top2-norm", qwenDir, "per-expert", "", true},
+		{"qwen3moe-f32-fused-mixed", qwenDir, "fused", "", true},
+		{"qwen3moe-fp8-block", qwenDir, "per-expert", "fp8", true},
+		{"llama-bf16-sharded", llamaDir, "", "", false},
+	} {
+		model := filepath.Join(fixtures, tc.model, "model")
+		code, stdout, stderr := strata(t, "inspect", model, "--json", "--plugin-dir", tc.plugins)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.model, code, stderr)
+		}
+		var r inspectReport
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		layout := ""
+		if r.ExpertLayout != nil {
+			layout = r.ExpertLayout.Layout
+		}
+		method := ""
+		if r.Quantization != nil {
+			method = r.Quantization.Method
+		}
+		hasOption := slices.ContainsFunc(r.Options, func(o *pb.PluginOption) bool { return o.GetName() == "moe_strategy" })
+		if layout != tc.layout || method != tc.quant || hasOption != tc.options {
+			t.Errorf("%s: expert layout %q, quantisation %q, moe_strategy option %v; want %q, %q, %v", tc.model, layout, method, hasOption, tc.layout, tc.quant, tc.options)
+		}
+		_, text, _ := strata(t, "inspect", model, "--plugin-dir", tc.plugins)
+		for row, want := range map[string]bool{"expert_layout": tc.layout != "", "options             --moe-strategy gather|dense": tc.options, "quantization": tc.quant != ""} {
+			if strings.Contains(text, row) != want {
+				t.Errorf("%s: text has %q: %v, want %v:\n%s", tc.model, row, !want, want, text)
+			}
 		}
 	}
 }

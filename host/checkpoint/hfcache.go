@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/strata-llm/strata/internal/usage"
 )
 
 // Location is where a MODEL argument was found: a checkpoint directory, and
@@ -111,18 +113,41 @@ func repoID(base string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(base, "models--"), "--", "/")
 }
 
-var commitHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
+var (
+	commitHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	hexPrefix  = regexp.MustCompile(`^[0-9a-fA-F]+$`)
+)
+
+// MinCommitPrefix is the shortest commit prefix --revision takes, as git's
+// abbreviations (shorter ones would match by accident).
+const MinCommitPrefix = 4
+
+// malformedRevision says why rev cannot name a ref or commit (git's
+// check-ref-format rules that matter for a path under refs/), or "".
+func malformedRevision(rev string) string {
+	switch {
+	case rev != filepath.Clean(rev) || strings.HasPrefix(rev, "/") || strings.Contains(rev, ".."):
+		return "a path that leaves refs/"
+	case strings.HasPrefix(rev, "-") || strings.HasPrefix(rev, ".") || strings.Contains(rev, "/.") ||
+		strings.HasSuffix(rev, ".lock") || strings.HasSuffix(rev, ".") || strings.Contains(rev, "@{"):
+		return "git does not allow a ref name such as this"
+	case strings.ContainsFunc(rev, func(r rune) bool { return r < 0x20 || r == 0x7f || strings.ContainsRune(" ~^:?*[\\", r) }):
+		return "a space, control character or one of ~^:?*[\\"
+	}
+	return ""
+}
 
 // snapshot finds revision's snapshot in a cache repository directory: a ref
 // (refs/<revision>, default main), a full commit hash, or an unambiguous
-// prefix of one (at least 7 characters).
+// prefix of one (at least MinCommitPrefix hex digits, as git takes). A
+// malformed or ambiguous revision is a usage error.
 func snapshot(repo, id, revision string) (Location, error) {
 	rev := revision
 	if rev == "" {
 		rev = "main"
 	}
-	if rev != filepath.Clean(rev) || strings.HasPrefix(rev, "/") || strings.Contains(rev, "..") {
-		return Location{}, fmt.Errorf("--revision %q: not a ref name or commit hash", rev)
+	if why := malformedRevision(rev); why != "" {
+		return Location{}, usage.Errorf("--revision %q: not a ref name or commit hash (%s); give a ref such as main or a commit hash (at least %d hex digits)", rev, why, MinCommitPrefix)
 	}
 	loc := Location{HubID: id, Revision: rev}
 	commit := ""
@@ -140,9 +165,10 @@ func snapshot(repo, id, revision string) (Location, error) {
 		}
 	} else {
 		snaps := listDirs(filepath.Join(repo, "snapshots"))
+		isPrefix := len(rev) >= MinCommitPrefix && hexPrefix.MatchString(rev)
 		var matches []string
 		for _, s := range snaps {
-			if s == rev || len(rev) >= 7 && strings.HasPrefix(s, rev) {
+			if s == rev || isPrefix && strings.HasPrefix(s, strings.ToLower(rev)) {
 				matches = append(matches, s)
 			}
 		}
@@ -150,11 +176,15 @@ func snapshot(repo, id, revision string) (Location, error) {
 		case len(matches) == 1:
 			commit = matches[0]
 		case len(matches) > 1:
-			return Location{}, fmt.Errorf("%s: revision %s matches several snapshots (%s): give more of the commit hash", repo, rev, strings.Join(matches, ", "))
+			return Location{}, usage.Errorf("%s: --revision %s is ambiguous: it begins %d snapshots' commits (%s); give more of the commit hash", repo, rev, len(matches), strings.Join(matches, ", "))
 		default:
 			refs := listRefs(filepath.Join(repo, "refs"))
-			return Location{}, fmt.Errorf("%s: no ref or snapshot %s (refs: %s; snapshots: %s): fetch it with `hf download %s --revision %s`",
-				repo, rev, orNone(refs), orNone(snaps), id, rev)
+			short := ""
+			if hexPrefix.MatchString(rev) && len(rev) < MinCommitPrefix {
+				short = fmt.Sprintf(" (a commit prefix needs at least %d hex digits)", MinCommitPrefix)
+			}
+			return Location{}, fmt.Errorf("%s: no ref or snapshot %s%s (refs: %s; snapshots: %s): fetch it with `hf download %s --revision %s`",
+				repo, rev, short, orNone(refs), orNone(snaps), id, rev)
 		}
 	}
 	loc.Commit = commit

@@ -1,18 +1,21 @@
 package checkpoint
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/strata-llm/strata/internal/usage"
 )
 
 func TestLocate(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("HF_HUB_CACHE", cache)
 	repo := filepath.Join(cache, "models--org--m")
-	a, b := "abcdef01"+strings.Repeat("0", 32), "abcdef02"+strings.Repeat("0", 32)
-	for _, c := range []string{a, b} {
+	a, b, c4 := "abcdef01"+strings.Repeat("0", 32), "abcdef02"+strings.Repeat("0", 32), "12345678"+strings.Repeat("0", 32)
+	for _, c := range []string{a, b, c4} {
 		if err := os.MkdirAll(filepath.Join(repo, "snapshots", c), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -27,17 +30,25 @@ func TestLocate(t *testing.T) {
 		model, rev string
 		commit     string // want this snapshot
 		err        string // or this error
+		usage      bool   // a usage error (exit 2)
 	}{
 		"hub id, main":       {model: "org/m", commit: a},
 		"hub id, nested ref": {model: "org/m", rev: "pr/1", commit: b},
 		"repo dir":           {model: repo, commit: a},
 		"full commit":        {model: "org/m", rev: b, commit: b},
-		"short prefix":       {model: "org/m", rev: "abcdef", err: "no ref or snapshot abcdef (refs: broken, gone, main, pr/1"},
-		"ambiguous prefix":   {model: "org/m", rev: "abcdef0", err: "matches several snapshots"},
+		"short prefix":       {model: "org/m", rev: "abc", err: "no ref or snapshot abc (a commit prefix needs at least 4 hex digits) (refs: broken, gone, main, pr/1"},
+		"ambiguous prefix":   {model: "org/m", rev: "abcdef0", usage: true, err: "is ambiguous: it begins 2 snapshots' commits (" + a + ", " + b + ")"},
+		"ambiguous 4":        {model: "org/m", rev: "abcd", usage: true, err: "give more of the commit hash"},
+		"4-digit prefix":     {model: "org/m", rev: "1234", commit: c4},
+		"upper-case prefix":  {model: "org/m", rev: "ABCDEF02", commit: b},
+		"malformed: space":   {model: "org/m", rev: "a b", usage: true, err: `--revision "a b": not a ref name or commit hash`},
+		"malformed: dash":    {model: "org/m", rev: "-main", usage: true, err: "not a ref name"},
+		"malformed: reflog":  {model: "org/m", rev: "main@{1}", usage: true, err: "not a ref name"},
+		"malformed: .lock":   {model: "org/m", rev: "main.lock", usage: true, err: "not a ref name"},
 		"prefix":             {model: "org/m", rev: "abcdef02", commit: b},
 		"broken ref":         {model: "org/m", rev: "broken", err: `holds "not a hash"`},
 		"missing snapshot":   {model: "org/m", rev: "gone", err: "whose snapshot is missing"},
-		"escaping revision":  {model: "org/m", rev: "../../x", err: "not a ref name or commit hash"},
+		"escaping revision":  {model: "org/m", rev: "../../x", usage: true, err: "not a ref name or commit hash"},
 		"not cached":         {model: "org/other", err: "hf download org/other"},
 		"plain dir":          {model: plain},
 		"plain dir, rev":     {model: plain, rev: "main", err: "is a checkpoint directory"},
@@ -49,6 +60,9 @@ func TestLocate(t *testing.T) {
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				if isUsage := errors.As(err, new(usage.Error)); isUsage != tc.usage {
+					t.Errorf("usage error %v, want %v: %v", isUsage, tc.usage, err)
 				}
 				return
 			}

@@ -72,6 +72,9 @@ type Options struct {
 	// Progress receives progress output; TTY draws a bar in place.
 	Progress io.Writer
 	TTY      bool
+	// DryRun reports what would be written (Result.Planned) and read
+	// (Result.ReadBytes) without opening the output directory.
+	DryRun bool
 }
 
 // Result is what a run did.
@@ -89,6 +92,9 @@ type Result struct {
 	MTP          *MTP
 	Exclusions   []string
 	Quantization string
+	// A DryRun's files and the source bytes it would read.
+	Planned   []PlannedFile
+	ReadBytes int64
 }
 
 // validate checks option values.
@@ -147,6 +153,18 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	if err != nil {
 		return nil, err
 	}
+	whole := opts.Layers == nil && opts.Task == nil
+	if whole && !opts.Finalize && len(p.byLayer[-1]) > 0 {
+		// A whole run writes the tail (embeddings and head: often the
+		// largest shard) alongside the layers rather than after them.
+		todo = append([]int{-1}, todo...)
+	}
+	if opts.DryRun {
+		if res.Out, err = filepath.Abs(out); err != nil {
+			return nil, err
+		}
+		return res, p.dryRun(res, todo, whole || opts.Finalize)
+	}
 	o, err := prepareOut(ctx, inv, out, p)
 	if err != nil {
 		return nil, err
@@ -154,11 +172,6 @@ func Convert(ctx context.Context, src, out string, opts Options) (*Result, error
 	defer o.d.Close()
 	defer o.release()
 	res.Out = o.dir
-	if opts.Layers == nil && opts.Task == nil && !opts.Finalize && len(p.byLayer[-1]) > 0 {
-		// A whole run writes the tail (embeddings and head: often the
-		// largest shard) alongside the layers rather than after them.
-		todo = append([]int{-1}, todo...)
-	}
 	if err := o.claim(todo, "wait for it to finish, or convert other --layers"); err != nil {
 		return nil, err
 	}

@@ -74,6 +74,10 @@ type Options struct {
 	Overwrite bool
 	Jobs      int // windows exported at once (default: the number of CPUs)
 
+	// DryRun builds the model in memory and reports what would be written
+	// (Result.Planned) without opening Out.
+	DryRun bool
+
 	// ShardBytes bounds each materialised data file (0: 5 GB), as
 	// save_pretrained's max_shard_size.
 	ShardBytes int64
@@ -96,6 +100,8 @@ type Result struct {
 	Notes []string
 	// SeparateModels are the paths and sizes of the separate models written.
 	SeparateModels []SeparateFile
+	// Planned is what a DryRun would write; nothing was.
+	Planned *Planned
 }
 
 // SeparateFile is one separate model written beside model.onnx.
@@ -146,6 +152,9 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 		return nil, err
 	}
 	e.model = nil // the plugin has built everything: the inventory can go
+	if e.opts.DryRun {
+		return e.dryRun()
+	}
 	if e.out, err = prepareOut(ctx, e.opts.Out, ckpt, e.opts); err != nil {
 		return nil, err
 	}
@@ -249,14 +258,7 @@ func layerwiseGuard(p *plugins.Plugin, modelType string, check *pb.CheckResponse
 
 // whole exports the model as one graph.
 func (e *exporter) whole() (*Result, error) {
-	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile, e.spill)
-	if err != nil {
-		return nil, err
-	}
-	e.releaseParts()
-	a.table.Placed()
-	spec := e.spec(a.table)
-	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	a, spec, m, held, err := e.buildWhole()
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +267,23 @@ func (e *exporter) whole() (*Result, error) {
 		return nil, err
 	}
 	return e.result(spec, n), nil
+}
+
+// buildWhole assembles and builds the whole model in memory, with its spec.
+// A dry run has no output directory, and no spill (nil).
+func (e *exporter) buildWhole() (*assembler, *weights.Spec, *onnxpb.ModelProto, graph.Held, error) {
+	a, err := e.assemble(window.Whole(len(e.parts.plan.GetLayers())), WholeDataFile, e.spill)
+	if err != nil {
+		return nil, nil, nil, graph.Held{}, err
+	}
+	e.releaseParts()
+	a.table.Placed()
+	spec := e.spec(a.table)
+	m, held, err := buildModel(a.b, nil, e.plugin, e.opts.Version, nil)
+	if err != nil {
+		return nil, nil, nil, graph.Held{}, err
+	}
+	return a, spec, m, held, nil
 }
 
 // releaseParts lets go of the plugin's parts (but the plan) once they are

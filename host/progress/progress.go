@@ -1,12 +1,15 @@
 // Package progress reports a long phase (copying shards, materialising
 // weights): a bar redrawn in place on a terminal, a plain line every few
-// seconds otherwise, with bytes/s and ETA. Nothing is shown for a phase
-// that ends within a second, nor when the writer is nil (--quiet).
+// seconds otherwise, with bytes/s and ETA; phases running at once on one
+// writer (parallel windows) share one aggregate bar. Nothing is shown for
+// a phase that ends within a second, nor when the writer is nil (--quiet).
 package progress
 
 import (
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,49 +28,24 @@ var (
 
 // Meter counts the bytes of one phase.
 type Meter struct {
-	w     io.Writer
-	tty   bool
 	what  string
 	total int64
-	start time.Time
 	done  atomic.Int64
 
-	mu      sync.Mutex
-	shown   bool // something was printed
-	quit    chan struct{}
+	b       *board // nil: nothing is shown
 	stopped sync.Once
-	wg      sync.WaitGroup
 }
 
 // Start begins reporting phase what of total bytes to w (nil: silent).
+// Phases that run at once on the same writer (windows materialised in
+// parallel) share one aggregate bar instead of drawing bars that
+// interleave.
 func Start(w io.Writer, tty bool, what string, total int64) *Meter {
-	m := &Meter{w: w, tty: tty, what: what, total: total, start: time.Now(), quit: make(chan struct{})}
+	m := &Meter{what: what, total: total}
 	if w == nil || total <= 0 {
 		return m
 	}
-	every := LineEvery
-	if tty {
-		every = Tick
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		select {
-		case <-m.quit:
-			return
-		case <-time.After(Delay):
-		}
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			m.show(false)
-			select {
-			case <-m.quit:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	m.b = join(w, tty, m)
 	return m
 }
 
@@ -103,54 +81,165 @@ func (m *Meter) Reader(r io.Reader) io.Reader {
 	return countingReader{r, m}
 }
 
-// Stop ends the report; when something was shown, a last line says how the
-// phase ended. Safe to call more than once.
+// Stop ends the meter's phase; when it was the last on its writer and
+// something was shown, a last line says how the phases ended. Safe to call
+// more than once.
 func (m *Meter) Stop() {
-	if m == nil {
+	if m == nil || m.b == nil {
 		return
 	}
-	m.stopped.Do(func() {
-		close(m.quit)
-		m.wg.Wait()
-		m.mu.Lock()
-		shown := m.shown
-		m.mu.Unlock()
-		if shown {
-			m.show(true)
-		}
-	})
+	m.stopped.Do(func() { m.b.leave(m) })
 }
 
-func (m *Meter) show(last bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.shown = true
-	done := m.done.Load()
-	el := time.Since(m.start)
+// A board draws the meters running at once on one writer as one bar:
+// their bytes summed, labelled with the first one's phase alone, or with
+// how many there were.
+type board struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+
+	mu       sync.Mutex
+	active   []*Meter
+	whats    []string // every meter's phase, in order of start
+	total    int64    // every meter's
+	finished int64    // bytes of the meters stopped
+	shown    bool     // something was printed
+
+	quit chan struct{}
+	wg   sync.WaitGroup
+}
+
+// boards are the boards drawing now, by writer (comparable writers only:
+// another kind gets a board per meter).
+var (
+	boardsMu sync.Mutex
+	boards   = map[io.Writer]*board{}
+)
+
+func join(w io.Writer, tty bool, m *Meter) *board {
+	boardsMu.Lock()
+	defer boardsMu.Unlock()
+	shared := reflect.TypeOf(w).Comparable()
+	b := boards[w]
+	fresh := !shared || b == nil
+	if fresh {
+		b = &board{w: w, tty: tty, start: time.Now(), quit: make(chan struct{})}
+		if shared {
+			boards[w] = b
+		}
+	}
+	b.mu.Lock()
+	b.active = append(b.active, m)
+	b.whats = append(b.whats, m.what)
+	b.total += m.total
+	b.mu.Unlock()
+	if fresh {
+		b.wg.Add(1)
+		go b.run()
+	}
+	return b
+}
+
+// leave removes m; the last meter to leave stops the board.
+func (b *board) leave(m *Meter) {
+	boardsMu.Lock()
+	b.mu.Lock()
+	b.active = slices.DeleteFunc(b.active, func(a *Meter) bool { return a == m })
+	b.finished += m.done.Load()
+	last := len(b.active) == 0
+	if last && boards[b.w] == b {
+		delete(boards, b.w)
+	}
+	b.mu.Unlock()
+	boardsMu.Unlock()
+	if !last {
+		return
+	}
+	close(b.quit)
+	b.wg.Wait()
+	b.mu.Lock()
+	shown := b.shown
+	b.mu.Unlock()
+	if shown {
+		b.show(true)
+	}
+}
+
+func (b *board) run() {
+	defer b.wg.Done()
+	select {
+	case <-b.quit:
+		return
+	case <-time.After(Delay):
+	}
+	every := LineEvery
+	if b.tty {
+		every = Tick
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		b.show(false)
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// label names what the board counts: the phase, or for several
+// "<the phases' common first word> N parts (k running)".
+func (b *board) label(last bool) string {
+	if len(b.whats) == 1 {
+		return b.whats[0]
+	}
+	verb, _, _ := strings.Cut(b.whats[0], " ")
+	for _, w := range b.whats[1:] {
+		if v, _, _ := strings.Cut(w, " "); v != verb {
+			verb = "working on"
+		}
+	}
+	if last {
+		return fmt.Sprintf("%s %d parts", verb, len(b.whats))
+	}
+	return fmt.Sprintf("%s %d parts (%d running)", verb, len(b.whats), len(b.active))
+}
+
+func (b *board) show(last bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.shown = true
+	done := b.finished
+	for _, m := range b.active {
+		done += m.done.Load()
+	}
+	el := time.Since(b.start)
 	rate := 0.0
 	if s := el.Seconds(); s > 0 {
 		rate = float64(done) / s
 	}
 	eta := "?"
 	if rate > 0 {
-		eta = (time.Duration(float64(max(0, m.total-done))/rate) * time.Second).Round(time.Second).String()
+		eta = (time.Duration(float64(max(0, b.total-done))/rate) * time.Second).Round(time.Second).String()
 	}
-	frac := min(1, float64(done)/float64(m.total))
-	line := fmt.Sprintf("%s: %s of %s (%.0f%%), %s/s", m.what, Bytes(done), Bytes(m.total), 100*frac, Bytes(int64(rate)))
+	frac := min(1, float64(done)/float64(b.total))
+	line := fmt.Sprintf("%s: %s of %s (%.0f%%), %s/s", b.label(last), Bytes(done), Bytes(b.total), 100*frac, Bytes(int64(rate)))
 	if last {
 		line += fmt.Sprintf(", %s", el.Round(100*time.Millisecond))
 	} else {
 		line += ", ETA " + eta
 	}
-	if !m.tty {
-		fmt.Fprintln(m.w, line)
+	if !b.tty {
+		fmt.Fprintln(b.w, line)
 		return
 	}
 	const width = 30
 	fill := int(frac * width)
-	fmt.Fprintf(m.w, "\r\x1b[K[%s%s] %s", strings.Repeat("#", fill), strings.Repeat("-", width-fill), line)
+	fmt.Fprintf(b.w, "\r\x1b[K[%s%s] %s", strings.Repeat("#", fill), strings.Repeat("-", width-fill), line)
 	if last {
-		fmt.Fprintln(m.w)
+		fmt.Fprintln(b.w)
 	}
 }
 

@@ -184,7 +184,10 @@ func AddQwenVision(m *Model, fam QwenVisionFamily) {
 		help += ", " + DeepstackFeatures
 	}
 	m.AddModel(&pb.ModelSpec{Name: VisionModel,
-		Help: fam.Model + " vision encoder: pixel_values + image_grid_thw -> " + help,
+		// --vision asks for vision.onnx too, as --mtp draft does for mtp.onnx:
+		// model.onnx then takes its outputs.
+		ByDefault: m.Options[VisionOptionName] == "true",
+		Help:      fam.Model + " vision encoder: pixel_values + image_grid_thw -> " + help,
 		Inputs: []*pb.IOSpec{
 			{Name: PixelValues, Dtype: "compute", Shape: []*pb.Dim{patches, DimSize(c.patchValues())}},
 			{Name: ImageGridTHW, Dtype: "int64", Shape: []*pb.Dim{DimParam("num_images"), DimSize(3)}}},

@@ -45,7 +45,7 @@ func QwenVisionOption(fam QwenVisionFamily) *pb.PluginOption {
 		inputs += ", " + DeepstackFeatures
 	}
 	return &pb.PluginOption{Name: VisionOptionName, DefaultValue: "false", AllowedValues: []string{"false", "true"},
-		Help: "true: model.onnx takes " + inputs + " (vision.onnx's outputs) and position_ids [4, batch, seq] (row 0 the sequence position, rows 1..3 MRoPE's t/h/w)"}
+		Help: "true (also written bare, --vision): model.onnx takes " + inputs + " (vision.onnx's outputs, and vision.onnx is written too) and position_ids [4, batch, seq] (row 0 the sequence position, rows 1..3 MRoPE's t/h/w)"}
 }
 
 // AddQwenVisionInputs makes the model take vision inputs. base is each
