@@ -136,7 +136,7 @@ func TestReferencesHeldAgainstHeaderAndSpec(t *testing.T) {
 				sp := &weights.Spec{Format: weights.SpecFormat, Version: weights.SpecVersion,
 					Files: []weights.File{{Path: "w.safetensors", Kind: weights.KindCheckpoint, Size: data + 32}},
 					Weights: []weights.Weight{{Name: "w", DType: "float32", Shape: []int64{4},
-						Sources: []weights.Source{{Key: tc.key, Offset: offset, Length: 16, DType: tc.dtype, Shape: []int64{4}}}}}}
+						Sources: []weights.Source{weights.NewSource(tc.key, 0, offset, 16, tc.dtype, []int64{4})}}}}
 				value, err := sp.Marshal()
 				if err != nil {
 					t.Fatal(err)

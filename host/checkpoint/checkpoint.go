@@ -158,7 +158,7 @@ func (c *Checkpoint) readShards() error {
 		c.keys = make([]string, 0, len(index))
 	}
 	for _, name := range names {
-		sh, err := readShard(c.path(name), name, &c.BytesRead)
+		sh, err := readShardKeys(c.path(name), name, &c.BytesRead, index.keyOf)
 		if errors.Is(err, fs.ErrNotExist) && index != nil {
 			return fmt.Errorf("%s names shard %s, which is missing from %s", c.path(indexFile), name, c.Dir)
 		}
@@ -214,7 +214,7 @@ func (c *Checkpoint) readUnindexed(named []string) error {
 
 // shardNames lists the safetensors files to read: those the index names, or
 // the single model.safetensors.
-func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
+func (c *Checkpoint) shardNames() ([]string, weightMap, error) {
 	data, err := c.readFile(indexFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, err := os.Lstat(c.path(singleFile)); err != nil {
@@ -236,7 +236,7 @@ func (c *Checkpoint) shardNames() ([]string, map[string]string, error) {
 // and the weight map.
 // Read with fastjson, as the shard headers are (GLM-4.6's names 44,689
 // tensors).
-func parseIndex(data []byte) ([]string, map[string]string, error) {
+func parseIndex(data []byte) ([]string, weightMap, error) {
 	weightMap, err := readWeightMap(data)
 	if err != nil {
 		return nil, nil, err
@@ -246,8 +246,8 @@ func parseIndex(data []byte) ([]string, map[string]string, error) {
 	}
 	seen := map[string]bool{}
 	var names []string
-	for _, file := range weightMap {
-		if !seen[file] {
+	for _, e := range weightMap {
+		if file := e.shard; !seen[file] {
 			if err := checkRelative(file); err != nil {
 				return nil, nil, fmt.Errorf("shard %q: %w", file, err)
 			}
@@ -260,7 +260,7 @@ func parseIndex(data []byte) ([]string, map[string]string, error) {
 }
 
 // readWeightMap reads the index's "weight_map" object: tensor key to shard.
-func readWeightMap(data []byte) (map[string]string, error) {
+func readWeightMap(data []byte) (weightMap, error) {
 	var p fastjson.Parser // its cache, the size of the index, is let go of
 	v, err := p.ParseBytes(data)
 	if err != nil {
@@ -277,7 +277,7 @@ func readWeightMap(data []byte) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("\"weight_map\" is %s, not an object", wm.Type())
 	}
-	out := make(map[string]string, obj.Len())
+	out := make(weightMap, obj.Len())
 	files := map[string]string{} // each shard's name once, not once per tensor
 	obj.Visit(func(k []byte, v *fastjson.Value) {
 		if err != nil {
@@ -293,9 +293,27 @@ func readWeightMap(data []byte) (map[string]string, error) {
 			name = string(file)
 			files[name] = name
 		}
-		out[string(k)] = name
+		key := string(k)
+		out[key] = indexEntry{key: key, shard: name}
 	})
 	return out, err
+}
+
+// weightMap is the index's weight map: tensor key to its entry.
+type weightMap map[string]indexEntry
+
+// indexEntry is one tensor of the index: the shard it names, and the key's
+// string, which the tensor read from that shard's header keeps rather than
+// a copy of its own (Kimi-K2's 140,000 keys are 9 MB, held twice while the
+// headers are read).
+type indexEntry struct{ key, shard string }
+
+// keyOf is the index's string for a header's key, or a new one.
+func (m weightMap) keyOf(k []byte) string {
+	if e, ok := m[string(k)]; ok {
+		return e.key
+	}
+	return string(k)
 }
 
 // checkRelative refuses shard names that would leave the checkpoint directory.
@@ -346,9 +364,10 @@ func (c *Checkpoint) add(sh Shard) error {
 }
 
 // checkIndex verifies that every tensor the index names is where it says.
-func (c *Checkpoint) checkIndex(index map[string]string) error {
+func (c *Checkpoint) checkIndex(index weightMap) error {
 	var wrong []string
-	for key, file := range index {
+	for key, e := range index {
+		file := e.shard
 		t, ok := c.tensors[key]
 		switch {
 		case !ok:

@@ -30,7 +30,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 			return
 		}
 		sh := Shard{Name: "x.safetensors", Size: int64(len(file)), HeaderBytes: 8 + int64(len(header))}
-		tensors, err := parseHeader(header, sh)
+		tensors, err := parseHeader(header, sh, newKey)
 		if err != nil {
 			return
 		}

@@ -44,7 +44,7 @@ func TestWeightEncodingIsJSONMarshal(t *testing.T) {
 		if rng.IntN(4) > 0 {
 			w.Sources = []Source{}
 			for range rng.IntN(4) {
-				w.Sources = append(w.Sources, Source{Key: str(), File: rng.IntN(9), Offset: rng.Int64(), Length: rng.Int64N(1 << 30), DType: str(), Shape: ints()})
+				w.Sources = append(w.Sources, NewSource(str(), rng.IntN(9), rng.Int64(), rng.Int64N(1<<30), str(), ints()))
 			}
 		}
 		if rng.IntN(2) == 0 {
@@ -70,7 +70,7 @@ func TestWeightEncodingIsJSONMarshal(t *testing.T) {
 		}
 	}
 	spec := &Spec{Format: SpecFormat, Version: SpecVersion, Mode: Reference, Files: []File{{Path: "checkpoint/a.safetensors", Kind: KindCheckpoint}},
-		Weights: []Weight{{Name: "a", DType: "float32", Shape: []int64{2}, Sources: []Source{{Key: "a", Shape: []int64{2}}}, Transform: transform.Cast(transform.Leaf("a"), "float32")}}}
+		Weights: []Weight{{Name: "a", DType: "float32", Shape: []int64{2}, Sources: []Source{NewSource("a", 0, 0, 0, "", []int64{2})}, Transform: transform.Cast(transform.Leaf("a"), "float32")}}}
 	for _, s := range []*Spec{spec, {Format: SpecFormat}, {Format: SpecFormat, Weights: []Weight{}}} {
 		compact, err := s.Compact()
 		if err != nil {

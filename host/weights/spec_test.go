@@ -10,7 +10,7 @@ import (
 // Marshal writes valid JSON that reads back as the same spec, each file and
 // weight on a line of its own, for any number of them.
 func TestSpecMarshalOneEntryALine(t *testing.T) {
-	w := Weight{Name: "w", DType: "float32", Shape: []int64{2}, Sources: []Source{{Key: "w", DType: "F32", Shape: []int64{2}, Length: 8}}}
+	w := Weight{Name: "w", DType: "float32", Shape: []int64{2}, Sources: []Source{NewSource("w", 0, 0, 8, "F32", []int64{2})}}
 	f := File{Path: "checkpoint/model.safetensors", Kind: KindCheckpoint, Size: 16}
 	for _, n := range []int{0, 1, 3} {
 		s := &Spec{Format: SpecFormat, Version: SpecVersion, Mode: Reference, Files: []File{}, Weights: []Weight{}}
@@ -48,7 +48,7 @@ func TestSpecMarshalOneEntryALine(t *testing.T) {
 func TestMergeOfOneSpec(t *testing.T) {
 	files := []File{{Path: "checkpoint/a.safetensors"}, {Path: "checkpoint/b.safetensors"}}
 	w := func(name string, file int) Weight {
-		return Weight{Name: name, DType: "float32", Sources: []Source{{Key: name, File: file}}}
+		return Weight{Name: name, DType: "float32", Sources: []Source{NewSource(name, file, 0, 0, "", nil)}}
 	}
 	spec := func(files []File, ws ...Weight) *Spec {
 		return &Spec{Format: SpecFormat, Version: SpecVersion, Mode: Reference, Files: files, Weights: ws}

@@ -222,8 +222,7 @@ func (t *Table) sources(keys []string) []Source {
 	out := make([]Source, 0, len(keys))
 	for _, key := range keys {
 		tensor, _ := t.ckpt.Tensor(key)
-		out = append(out, Source{Key: tensor.Key, File: t.checkpointFile(tensor.Shard), Offset: tensor.Offset,
-			Length: tensor.Length, DType: tensor.DType, Shape: tensor.Shape})
+		out = append(out, Source{Tensor: tensor, File: t.checkpointFile(tensor.Shard)})
 	}
 	return out
 }
