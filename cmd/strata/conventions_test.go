@@ -251,7 +251,7 @@ func TestUnwritableStdoutFails(t *testing.T) {
 func TestBarePluginOptions(t *testing.T) {
 	t.Parallel()
 	plugins := t.TempDir()
-	if _, err := testbin.Build(plugins, "strata-plugin-qwen3vl", "./plugins/qwen3vl"); err != nil {
+	if _, err := testbin.Build(plugins, "strata-plugin-qwen3vl", "./cmd/strata-plugin-qwen3vl"); err != nil {
 		t.Fatal(err)
 	}
 	fixture := filepath.Join(testbin.Root(), "conformance", "fixtures", "qwen3vl-f32-dense-vision", "model")
