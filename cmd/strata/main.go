@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/suggest"
 	invocation "github.com/strata-llm/strata/internal/usage"
 	"github.com/strata-llm/strata/sdk"
@@ -29,6 +30,7 @@ import (
 var version = "dev"
 
 func main() {
+	contain.Main() // strata is also the shim that contains plugins and compilers
 	tuneGC()
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }

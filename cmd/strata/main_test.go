@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/testbin"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -38,6 +39,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	contain.Main() // in-process runs contain their plugins and compilers too
 	os.Exit(testMain(m))
 }
 

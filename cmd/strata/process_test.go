@@ -142,3 +142,27 @@ func TestPluginChildInASessionOfItsOwnEndsWithIt(t *testing.T) {
 		})
 	}
 }
+
+// A plugin's children, in its process group or in a session of their own,
+// end when strata is killed by SIGKILL (issue 30): the plugin runs under a
+// shim that is a child subreaper and kills everything below it when strata
+// dies (internal/contain).
+func TestPluginChildrenEndWithStrataKilled(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"child-hang", "child-setsid-hang"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dirs, err := testbin.FakePlugins(t.TempDir(), mode)
+			must(t, err)
+			dir := dirs[mode]
+			cmd := exec.Command(strataBin, "export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out"), "--plugin-dir", dir)
+			must(t, cmd.Start())
+			child := childPid(t, dir)
+			time.Sleep(300 * time.Millisecond) // let the host reach Plan
+			must(t, cmd.Process.Kill())
+			cmd.Wait()
+			requireDead(t, child, "the plugin's child")
+			requireNoProcesses(t, dir)
+		})
+	}
+}

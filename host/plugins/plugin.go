@@ -15,6 +15,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc/codes"
 
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/procstat"
 	"github.com/strata-llm/strata/sdk"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -78,9 +79,10 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 // start launches the plugin and asks it to describe itself.
 func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Logger) *Plugin {
 	p := &Plugin{Candidate: c, timeout: timeout}
-	cmd := exec.Command(c.Path)
+	// Contained: the plugin and whatever it starts end with strata, even
+	// when strata is killed by SIGKILL (internal/contain).
+	cmd := contain.Command(c.Path)
 	cmd.Env = []string{sdk.HostPIDEnv + "=" + strconv.Itoa(os.Getpid())} // go-plugin adds the environment
-	dieWithHost(cmd)
 	p.cmd = cmd
 	p.client = goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: sdk.Handshake,
@@ -125,7 +127,11 @@ func (p *Plugin) connectUnless(ctx context.Context) error {
 	}
 	deadline := time.After(killGrace)
 	for {
-		killGroup(procstat.Child(os.Getpid(), p.Path))
+		pid := procstat.Child(os.Getpid(), p.Path)
+		for _, d := range procstat.Descendants(pid) {
+			d.Kill()
+		}
+		killGroup(pid)
 		select {
 		case <-done:
 			return ctx.Err()
@@ -250,7 +256,7 @@ func (p *Plugin) kill() {
 	if p.cmd.Process != nil {
 		pid = p.cmd.Process.Pid
 		if !p.client.Exited() {
-			if rss, ok := procstat.PeakRSS(pid); ok {
+			if rss, ok := procstat.PeakRSS(p.pluginPid(pid)); ok {
 				p.PeakRSS = max(p.PeakRSS, rss)
 			}
 			// Before the plugin goes: then its children are orphans, no
@@ -277,6 +283,17 @@ func (p *Plugin) kill() {
 		// Nothing of the group is left to hold a pipe; go-plugin's
 		// goroutines end when the kernel closes it.
 	}
+}
+
+// pluginPid is the plugin's own process: the shim's child when it runs
+// contained (pid is the shim's), else pid.
+func (p *Plugin) pluginPid(pid int) int {
+	if contain.Contained(p.cmd) {
+		if child := procstat.Child(pid, p.Path); child > 0 {
+			return child
+		}
+	}
+	return pid
 }
 
 // Support returns what the plugin says about modelType, if it handles it.
