@@ -146,3 +146,82 @@ func TestCompileProcessesEndWithStrata(t *testing.T) {
 		})
 	}
 }
+
+// A compiler or Python that cannot be used is the invocation's fault:
+// exit 2, as docs/compile.md says, before anything is exported.
+func TestCompileToolsMissingExitTwo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-executable")
+	must(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644))
+	noORT := script(t, dir, "python-without-ort", "echo \"ModuleNotFoundError: No module named 'onnxruntime'\" >&2; exit 1\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"compiler is a directory", []string{"--compiler", dir}, "a directory, not the compiler"},
+		{"compiler is not executable", []string{"--compiler", notExec}, "not executable"},
+		{"compiler is missing", []string{"--compiler", filepath.Join(dir, "nothing")}, "--compiler " + filepath.Join(dir, "nothing")},
+		{"--python cannot import onnxruntime", []string{"--backend", "ort", "--python", noORT}, "No module named 'onnxruntime'"},
+		{"--python is missing", []string{"--backend", "ort", "--python", filepath.Join(dir, "nothing")}, "--python " + filepath.Join(dir, "nothing")},
+		{"unknown --ort-level", []string{"--backend", "ort", "--ort-level", "max"}, `unknown --ort-level "max"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "compiled")
+			code, _, stderr := strata(t, append([]string{"compile", tinyLlama, "--out", out, "--plugin-dir", llamaDir}, tc.args...)...)
+			if code != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want 2 saying %q:\n%s", code, tc.want, stderr)
+			}
+			if _, err := os.Lstat(out); !os.IsNotExist(err) {
+				t.Errorf("a refused compile left %s (%v)", out, err)
+			}
+		})
+	}
+}
+
+// The export and --out may each be relative or absolute (issue 30: a mix
+// failed with "Rel: can't make ... relative to ..."); the compiler gets the
+// model relative to --out, and compile.sh replays from anywhere.
+func TestCompileRelativeAndAbsolutePaths(t *testing.T) {
+	t.Parallel()
+	compiler := fakeCompiler(t)
+	for _, tc := range []struct{ name, src, out string }{
+		{"both relative", "exp", "out"},
+		{"absolute export, relative --out", "ABS/exp", "out"},
+		{"relative export, absolute --out", "exp", "ABS/out"},
+		{"both absolute", "ABS/exp", "ABS/out"},
+		{"relative --out below a symlink", "exp", "alias/out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cwd := t.TempDir()
+			abs := func(p string) string { return strings.Replace(p, "ABS", cwd, 1) }
+			if code, _, stderr := strata(t, "export", tinyLlama, "--out", filepath.Join(cwd, "exp"), "--plugin-dir", llamaDir); code != 0 {
+				t.Fatal(stderr)
+			}
+			must(t, os.Mkdir(filepath.Join(cwd, "elsewhere"), 0o755))
+			must(t, os.Symlink(filepath.Join(cwd, "elsewhere"), filepath.Join(cwd, "alias")))
+			cmd := exec.Command(strataBin, "compile", abs(tc.src), "--out", abs(tc.out), "--compiler", compiler)
+			cmd.Dir = cwd
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v:\n%s", err, msg)
+			}
+			outDir := filepath.Join(cwd, strings.TrimPrefix(abs(tc.out), cwd+"/"))
+			args := string(read(t, filepath.Join(outDir, "qpc", "args.txt")))
+			want := "-m=../exp/model.onnx"
+			if strings.HasPrefix(tc.out, "alias") {
+				want = "-m=../../exp/model.onnx" // from elsewhere/out, where the compiler runs
+			}
+			if !strings.Contains(args, want+"\n") {
+				t.Errorf("the compiler got\n%s\nwant %s", args, want)
+			}
+			replay := exec.Command("sh", filepath.Join(outDir, "compile.sh"))
+			replay.Env = append(os.Environ(), "QAIC_COMPILE="+compiler)
+			replay.Dir = t.TempDir()
+			if msg, err := replay.CombinedOutput(); err != nil {
+				t.Errorf("compile.sh from elsewhere: %v:\n%s", err, msg)
+			}
+		})
+	}
+}
