@@ -322,8 +322,9 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 	return announcePlugins(c, startPlugins(c))
 }
 
-// startPlugins starts and describes every plugin; it prints nothing, so it
-// may run beside other work (export opens the checkpoint meanwhile).
+// startPlugins finds the plugins and learns what each handles (from the
+// describe cache, else by starting it); it prints nothing, so it may run
+// beside other work (export opens the checkpoint meanwhile).
 func startPlugins(c *cli.Context) *plugins.Registry {
 	level := hclog.Warn
 	if c.Bool("verbose") {
@@ -333,6 +334,10 @@ func startPlugins(c *cli.Context) *plugins.Registry {
 	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
 		Logger:  logger,
+		// Only archs starts every plugin; other commands start the one
+		// they need, knowing the others from the describe cache.
+		Lazy:     c.Command.Name != "archs",
+		CacheDir: plugins.DefaultCacheDir(),
 	})
 }
 

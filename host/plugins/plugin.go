@@ -37,6 +37,16 @@ type Plugin struct {
 
 	models sentModels
 	killed sync.Once
+
+	log    hclog.Logger
+	id     *identity     // the binary's, for the describe cache (nil: unknown)
+	ready  chan struct{} // closed once Desc or Err is known
+	ctx    context.Context
+	cancel context.CancelFunc // ends a start under way (Kill)
+	// startMu is held while the process starts; started says it was
+	// started (or must not be: it failed, or was killed).
+	startMu sync.Mutex
+	started bool
 }
 
 // sentModels are the models a plugin that remembers_models has received
@@ -76,12 +86,51 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 	}
 }
 
-// start launches the plugin and asks it to describe itself.
-func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Logger) *Plugin {
-	p := &Plugin{Candidate: c, timeout: timeout}
+// newPlugin is candidate c, not started yet: Load describes it from the
+// cache or starts it at once (describe); a call starts a plugin described
+// from the cache (ensure). Kill ends either.
+func newPlugin(ctx context.Context, c Candidate, opts Options) *Plugin {
+	p := &Plugin{Candidate: c, timeout: opts.Timeout, log: opts.Logger, ready: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	return p
+}
+
+// describe starts the plugin and records what it describes, in p and in
+// the cache: its success, or a failure that is the plugin's (not one of
+// this run being stopped). ready is closed once Desc or Err is set.
+func (p *Plugin) describe(cacheDir string) {
+	defer close(p.ready)
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	p.started = true
+	d, err := p.launch()
+	p.Desc, p.Err = d, err
+	if p.id != nil && p.ctx.Err() == nil {
+		store(cacheDir, *p.id, d, err)
+	}
+}
+
+// ensure starts a plugin Load described from the cache, before its first
+// call; it returns the error the plugin failed with.
+func (p *Plugin) ensure() error {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if !p.started {
+		p.started = true
+		if _, err := p.launch(); err != nil {
+			p.Err = err
+		}
+	}
+	return p.Err
+}
+
+// launch starts the plugin process and asks it to describe itself; on
+// failure the process is gone. p.startMu is held.
+func (p *Plugin) launch() (*pb.DescribeResponse, error) {
+	ctx := p.ctx
 	// Contained: the plugin and whatever it starts end with strata, even
 	// when strata is killed by SIGKILL (internal/contain).
-	cmd := contain.Command(c.Path)
+	cmd := contain.Command(p.Path)
 	cmd.Env = []string{sdk.HostPIDEnv + "=" + strconv.Itoa(os.Getpid())} // go-plugin adds the environment
 	p.cmd = cmd
 	p.client = goplugin.NewClient(&goplugin.ClientConfig{
@@ -91,26 +140,27 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		},
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		Logger:           log.Named(c.Name),
-		StartTimeout:     timeout,
+		Logger:           p.log.Named(p.Name),
+		StartTimeout:     p.timeout,
 		GRPCDialOptions:  sdk.DialOptions(),
 	})
-	if p.Err = p.connectUnless(ctx); p.Err != nil {
-		p.Err = fmt.Errorf("cannot start: %w", p.Err)
-		p.Kill()
-		return p
+	if err := p.connectUnless(ctx); err != nil {
+		p.killed.Do(p.kill)
+		return nil, fmt.Errorf("cannot start: %w", err)
 	}
-	p.Err = p.call(ctx, "Describe", func(ctx context.Context) (err error) {
-		p.Desc, err = p.arch.Describe(ctx)
+	var d *pb.DescribeResponse
+	err := p.call(ctx, "Describe", func(ctx context.Context) (err error) {
+		d, err = p.arch.Describe(ctx)
 		return err
 	})
-	if p.Err == nil {
-		p.Err = validate(p.Desc)
+	if err == nil {
+		err = validate(d)
 	}
-	if p.Err != nil {
-		p.Kill()
+	if err != nil {
+		p.killed.Do(p.kill)
+		return nil, err
 	}
-	return p
+	return d, nil
 }
 
 // connectUnless is connect, given up when ctx is: go-plugin waits for the
@@ -127,11 +177,12 @@ func (p *Plugin) connectUnless(ctx context.Context) error {
 	}
 	deadline := time.After(killGrace)
 	for {
-		pid := procstat.Child(os.Getpid(), p.Path)
-		for _, d := range procstat.Descendants(pid) {
-			d.Kill()
+		if pid := procstat.Child(os.Getpid(), p.Path); pid > 0 { // 0: not started yet, or gone
+			for _, d := range procstat.Descendants(pid) {
+				d.Kill()
+			}
+			killGroup(pid)
 		}
-		killGroup(pid)
 		select {
 		case <-done:
 			return ctx.Err()
@@ -189,6 +240,9 @@ func (p *Plugin) call(ctx context.Context, what string, fn func(context.Context)
 // Calls that name the same *pb.Model send it once (Plugin.model); Plan and
 // Build replace their request's Model with what they send.
 func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse, err error) {
+	if err := p.ensure(); err != nil {
+		return nil, err
+	}
 	send, done := p.model(m)
 	err = p.call(ctx, "Check", func(ctx context.Context) error {
 		resp, err = p.arch.Check(ctx, &pb.CheckRequest{Model: send})
@@ -202,6 +256,9 @@ func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse
 
 // Plan asks for the model's layers and parts.
 func (p *Plugin) Plan(ctx context.Context, req *pb.PlanRequest) (resp *pb.PlanResponse, err error) {
+	if err := p.ensure(); err != nil {
+		return nil, err
+	}
 	var done func()
 	req.Model, done = p.model(req.GetModel())
 	err = p.call(ctx, "Plan", func(ctx context.Context) error {
@@ -219,6 +276,9 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 	what := "Build " + req.GetPart()
 	if req.GetKind() != "" {
 		what += " " + req.GetKind()
+	}
+	if err := p.ensure(); err != nil {
+		return nil, err
 	}
 	var done func()
 	req.Model, done = p.model(req.GetModel())
@@ -244,6 +304,10 @@ const killGrace = 2500 * time.Millisecond
 // Only the first call acts: a second must not signal a process group
 // whose number the system may have given to another.
 func (p *Plugin) Kill() {
+	p.cancel()
+	p.startMu.Lock() // a start under way ends with the cancel
+	p.started = true
+	p.startMu.Unlock()
 	p.killed.Do(p.kill)
 }
 
