@@ -166,3 +166,79 @@ func TestPluginChildrenEndWithStrataKilled(t *testing.T) {
 		})
 	}
 }
+
+// An export starts only the plugin it needs (issue 30: it waited 45 s and
+// more for an unrelated plugin that never answered Describe): the others
+// are known from the describe cache, a plugin after the one that handles
+// the model is not waited for, one that failed to describe itself is
+// remembered until its binary changes, and a changed binary or a damaged
+// cache is described again.
+func TestDiscoveryStartsOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	fakes, err := testbin.FakePlugins(t.TempDir(), "unrelated", "hang-on-describe")
+	must(t, err)
+	llama, unrelated, hang := ownPlugins(t, llamaDir), fakes["unrelated"], fakes["hang-on-describe"]
+	cache := t.TempDir()
+	const timeout = 3 * time.Second
+	starts := func() int {
+		data, _ := os.ReadFile(filepath.Join(unrelated, "starts"))
+		return strings.Count(string(data), "\n")
+	}
+	export := func(dirs ...string) time.Duration {
+		t.Helper()
+		args := []string{"--plugin-timeout", timeout.String(), "export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out")}
+		for _, d := range dirs {
+			args = append(args, "--plugin-dir", d)
+		}
+		cmd := exec.Command(strataBin, args...)
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache)
+		start := time.Now()
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v:\n%s", err, msg)
+		}
+		for _, d := range dirs {
+			requireNoProcesses(t, d)
+		}
+		return time.Since(start)
+	}
+	for _, step := range []struct {
+		name   string
+		before func()
+		dirs   []string
+		starts int  // the unrelated plugin's starts so far
+		slow   bool // waits out --plugin-timeout (a hung plugin first met before llama)
+	}{
+		{name: "first run: everything described, the hung plugin after llama not waited for", dirs: []string{llama, unrelated, hang}, starts: 1},
+		{name: "second run: the unrelated plugin known from the cache", dirs: []string{llama, unrelated, hang}, starts: 1},
+		{name: "the hung plugin before llama, first met", dirs: []string{hang, llama, unrelated}, starts: 1, slow: true},
+		{name: "the hung plugin before llama, remembered", dirs: []string{hang, llama, unrelated}, starts: 1},
+		{name: "the unrelated plugin rebuilt", dirs: []string{llama, unrelated}, starts: 2, before: func() {
+			bin := filepath.Join(unrelated, "strata-plugin-fake-unrelated")
+			data, err := os.ReadFile(bin)
+			must(t, err)
+			must(t, os.WriteFile(bin+".new", data, 0o755))
+			must(t, os.Rename(bin+".new", bin))
+		}},
+		{name: "a damaged cache", dirs: []string{llama, unrelated}, starts: 3, before: func() {
+			entries, err := filepath.Glob(filepath.Join(cache, "strata", "plugins", "*.json"))
+			must(t, err)
+			if len(entries) == 0 {
+				t.Fatal("no cache entry written")
+			}
+			for _, e := range entries {
+				must(t, os.WriteFile(e, []byte("{\"key\": {\"path\": 1"), 0o644))
+			}
+		}},
+	} {
+		if step.before != nil {
+			step.before()
+		}
+		took := export(step.dirs...)
+		if step.slow != (took >= timeout) {
+			t.Errorf("%s: took %s (--plugin-timeout %s)", step.name, took, timeout)
+		}
+		if got := starts(); got != step.starts {
+			t.Errorf("%s: the unrelated plugin started %d times in all, want %d", step.name, got, step.starts)
+		}
+	}
+}
