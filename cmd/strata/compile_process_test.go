@@ -140,6 +140,7 @@ func TestCompileProcessesEndWithStrata(t *testing.T) {
 			if code, _, errOut := strata(t, "compile", exp, "--out", out, "--dry-run"); code != 0 {
 				t.Fatalf("the run after SIGKILL: %s", errOut)
 			}
+			time.Sleep(200 * time.Millisecond) // a surviving compiler would write again
 			if left := temps(out); len(left) > 0 {
 				t.Errorf("the killed run's temporary directories are still there: %v", left)
 			}

@@ -145,18 +145,30 @@ func (r *Registry) ModelTypes() []string {
 
 // StopOthers stops every plugin but keep, in the background: a command that
 // has found its plugin needs no other (six plugins idled through a whole
-// export). Close waits for them.
+// export). One still describing itself is let finish first, so that the
+// describe cache learns it, unless Close comes first. Close waits for them.
 func (r *Registry) StopOthers(keep *Plugin) {
 	for _, p := range r.Plugins {
 		if p != nil && p != keep {
 			r.stopping.Add(1)
-			go func() { defer r.stopping.Done(); p.Kill() }()
+			go func() {
+				defer r.stopping.Done()
+				if p.ready != nil {
+					<-p.ready
+				}
+				p.Kill()
+			}()
 		}
 	}
 }
 
-// Close stops every plugin process.
+// Close stops every plugin process, a start under way too.
 func (r *Registry) Close() {
+	for _, p := range r.Plugins {
+		if p != nil && p.cancel != nil {
+			p.cancel() // ends a start under way, which StopOthers may wait for
+		}
+	}
 	r.stopping.Wait()
 	var wg sync.WaitGroup
 	for _, p := range r.Plugins {
