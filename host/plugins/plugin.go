@@ -45,8 +45,9 @@ type Plugin struct {
 	cancel context.CancelFunc // ends a start under way (Kill)
 	// startMu is held while the process starts; started says it was
 	// started (or must not be: it failed, or was killed).
-	startMu sync.Mutex
-	started bool
+	startMu  sync.Mutex
+	started  bool
+	startErr error // why ensure's start failed (Err is discovery's)
 }
 
 // sentModels are the models a plugin that remembers_models has received
@@ -117,11 +118,17 @@ func (p *Plugin) ensure() error {
 	defer p.startMu.Unlock()
 	if !p.started {
 		p.started = true
-		if _, err := p.launch(); err != nil {
-			p.Err = err
-		}
+		_, p.startErr = p.launch()
 	}
-	return p.Err
+	switch {
+	case p.Err != nil: // set before ready, never after
+		return p.Err
+	case p.startErr != nil:
+		return p.startErr
+	case p.arch == nil:
+		return fmt.Errorf("plugin %s was stopped before it started", p.Path)
+	}
+	return nil
 }
 
 // launch starts the plugin process and asks it to describe itself; on

@@ -113,6 +113,7 @@ func (r *Registry) For(modelType string) (*Plugin, error) {
 	for _, p := range r.Plugins {
 		<-p.ready // closes when the start ends, also when it is stopped
 		if _, ok := p.Support(modelType); ok && p.Err == nil {
+			go p.ensure() // known from the cache: starts while the caller prepares its first call
 			return p, nil
 		}
 	}
