@@ -71,6 +71,8 @@ const envHelp = `STRATA_PLUGIN_PATH  more directories of strata-plugin-* binarie
                     (after --plugin-dir, before the strata executable's directory)
 XDG_CONFIG_HOME     plugins are also found in $XDG_CONFIG_HOME/strata/plugins
                     (default ~/.config/strata/plugins)
+XDG_CACHE_HOME      what each plugin binary handles is cached in $XDG_CACHE_HOME/strata/plugins
+                    (default ~/.cache/strata/plugins; safe to remove)
 HF_HUB_CACHE        the Hugging Face hub cache where a hub id MODEL is looked up
 HF_HOME             without HF_HUB_CACHE, the cache is $HF_HOME/hub
                     (default ~/.cache/huggingface/hub)
