@@ -670,6 +670,46 @@ func catalogue() []catalogueCase {
 		}
 		return s
 	}})
+	// Issue 30: compile's tools. One that cannot be used is refused before
+	// anything is written; a child the compiler leaves holding its output
+	// is killed when it exits, not waited for.
+	for _, tc := range []struct{ name, want, flag, body string }{
+		{"--compiler is a directory", "a directory, not the compiler", "--compiler", ""},
+		{"--compiler is not executable", "not executable", "--compiler", "-"},
+		{"--python cannot import onnxruntime", "cannot import it", "--python", "exit 1\n"},
+	} {
+		add(catalogueCase{name: "compile: " + tc.name, want: tc.want, setup: func(t *testing.T, root, plugins string) scene {
+			tool := filepath.Join(root, "tools", "tool")
+			switch tc.body {
+			case "":
+				must(t, os.MkdirAll(tool, 0o755))
+			case "-":
+				put(t, tool, "#!/bin/sh\n")
+			default:
+				put(t, tool, "#!/bin/sh\n"+tc.body)
+				must(t, os.Chmod(tool, 0o755))
+			}
+			args := []string{"compile", tiny(t, filepath.Join(root, "src")), "--out", filepath.Join(root, "out"), "--plugin-dir", plugins, tc.flag, tool}
+			if tc.flag == "--python" {
+				args = append(args, "--backend", "ort")
+			}
+			return scene{args: args, out: filepath.Join(root, "out")}
+		}})
+	}
+	add(catalogueCase{name: "compile: the compiler leaves a child holding its output", setup: func(t *testing.T, root, plugins string) scene {
+		compiler, pids := filepath.Join(root, "tools", "qaic-compile"), t.TempDir() // the pids outside root
+		put(t, compiler, "#!/bin/sh\n"+makeQPC+childScript(pids))
+		must(t, os.Chmod(compiler, 0o755))
+		out := filepath.Join(root, "out")
+		s := scene{args: []string{"compile", tiny(t, filepath.Join(root, "src")), "--out", out, "--plugin-dir", plugins, "--compiler", compiler}, out: out}
+		s.check = func(t *testing.T) {
+			mustExist(t, filepath.Join(out, "qpc", "programqpc.bin"))
+			for _, pid := range children(t, pids) {
+				requireDead(t, pid, "the compiler's child")
+			}
+		}
+		return s
+	}})
 	return append(cases, dataCases()...)
 }
 

@@ -40,8 +40,8 @@ func TestExitCodes(t *testing.T) {
 		"compile, bad backend":          {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--backend", "trt"}, 2, `unknown --backend "trt"`},
 		"compile, qaic flags on ort":    {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--backend", "ort", "--dry-run", "--mxfp6-matmul", "--ctx-len", "64"}, 2, "--dry-run, --ctx-len, --mxfp6-matmul: only for --backend qaic"},
 		"compile, ort flags on qaic":    {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--dry-run", "--ort-level", "all"}, 2, "--ort-level: only for --backend ort"},
-		"compile, no compiler":          {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--compiler", "/nonexistent/qaic-compile"}, 1, "--compiler /nonexistent/qaic-compile"},
-		"compile, no python":            {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--backend", "ort", "--python", "/nonexistent/python"}, 1, "--python /nonexistent/python"},
+		"compile, no compiler":          {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--compiler", "/nonexistent/qaic-compile"}, 2, "--compiler /nonexistent/qaic-compile"},
+		"compile, no python":            {[]string{"compile", tinyLlama, "--out", out(), "--plugin-dir", llamaDir, "--backend", "ort", "--python", "/nonexistent/python"}, 2, "--python /nonexistent/python"},
 		"missing checkpoint":            {[]string{"export", "/nonexistent/model", "--out", out(), "--plugin-dir", llamaDir}, 1, "/nonexistent/model"},
 	}
 	for name, tc := range cases {

@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/suggest"
 	invocation "github.com/strata-llm/strata/internal/usage"
 	"github.com/strata-llm/strata/sdk"
@@ -29,6 +30,7 @@ import (
 var version = "dev"
 
 func main() {
+	contain.Main() // strata is also the shim that contains plugins and compilers
 	tuneGC()
 	// A write to a closed stdout pipe then fails with EPIPE, which run
 	// reports, instead of the runtime killing strata by SIGPIPE before the
@@ -111,6 +113,8 @@ const envHelp = `STRATA_PLUGIN_PATH  more directories of strata-plugin-* binarie
                     (after --plugin-dir, before the strata executable's directory)
 XDG_CONFIG_HOME     plugins are also found in $XDG_CONFIG_HOME/strata/plugins
                     (default ~/.config/strata/plugins)
+XDG_CACHE_HOME      what each plugin binary handles is cached in $XDG_CACHE_HOME/strata/plugins
+                    (default ~/.cache/strata/plugins; safe to remove)
 HF_HUB_CACHE        the Hugging Face hub cache where a hub id MODEL is looked up
 HF_HOME             without HF_HUB_CACHE, the cache is $HF_HOME/hub
                     (default ~/.cache/huggingface/hub)
@@ -387,12 +391,17 @@ func loadPlugins(c *cli.Context) *plugins.Registry {
 	return announcePlugins(c, startPlugins(c))
 }
 
-// startPlugins starts and describes every plugin; it prints nothing, so it
-// may run beside other work (export opens the checkpoint meanwhile).
+// startPlugins finds the plugins and learns what each handles (from the
+// describe cache, else by starting it); it prints nothing, so it may run
+// beside other work (export opens the checkpoint meanwhile).
 func startPlugins(c *cli.Context) *plugins.Registry {
 	return plugins.Load(c.Context, plugins.SearchPath(c.StringSlice("plugin-dir")), plugins.Options{
 		Timeout: c.Duration("plugin-timeout"),
 		Logger:  pluginLogger(c.App.ErrWriter, c.Bool("verbose")),
+		// Only archs starts every plugin; other commands start the one
+		// they need, knowing the others from the describe cache.
+		Lazy:     c.Command.Name != "archs",
+		CacheDir: plugins.DefaultCacheDir(),
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/testbin"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -38,6 +39,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	contain.Main() // in-process runs contain their plugins and compilers too
 	os.Exit(testMain(m))
 }
 
@@ -51,6 +53,7 @@ func testMain(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	// Plugins are found only where a test says: no config-dir leftovers.
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(tmp, "config"))
+	os.Setenv("XDG_CACHE_HOME", filepath.Join(tmp, "cache")) // the describe cache
 	os.Unsetenv("STRATA_PLUGIN_PATH")
 	llamaDir = filepath.Join(tmp, "llama")
 	qwenDir = filepath.Join(tmp, "qwen3moe")

@@ -142,3 +142,111 @@ func TestPluginChildInASessionOfItsOwnEndsWithIt(t *testing.T) {
 		})
 	}
 }
+
+// A plugin's children, in its process group or in a session of their own,
+// end when strata is killed by SIGKILL (issue 30): the plugin runs under a
+// shim that is a child subreaper and kills everything below it when strata
+// dies (internal/contain).
+func TestPluginChildrenEndWithStrataKilled(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"child-hang", "child-setsid-hang"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dirs, err := testbin.FakePlugins(t.TempDir(), mode)
+			must(t, err)
+			dir := dirs[mode]
+			cmd := exec.Command(strataBin, "export", tinyLlama, "--out", filepath.Join(t.TempDir(), "out"), "--plugin-dir", dir)
+			must(t, cmd.Start())
+			child := childPid(t, dir)
+			time.Sleep(300 * time.Millisecond) // let the host reach Plan
+			must(t, cmd.Process.Kill())
+			cmd.Wait()
+			requireDead(t, child, "the plugin's child")
+			requireNoProcesses(t, dir)
+		})
+	}
+}
+
+// An export starts only the plugin it needs (issue 30: it waited 45 s and
+// more for an unrelated plugin that never answered Describe): the others
+// are known from the describe cache, a plugin after the one that handles
+// the model is not waited for, one that failed to describe itself is
+// remembered until its binary changes, and a changed binary or a damaged
+// cache is described again.
+func TestDiscoveryStartsOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	fakes, err := testbin.FakePlugins(t.TempDir(), "unrelated", "hang-on-describe")
+	must(t, err)
+	llama, unrelated, hang := ownPlugins(t, llamaDir), fakes["unrelated"], fakes["hang-on-describe"]
+	cache := t.TempDir()
+	const timeout = 3 * time.Second
+	starts := func() int {
+		data, _ := os.ReadFile(filepath.Join(unrelated, "starts"))
+		return strings.Count(string(data), "\n")
+	}
+	run := func(command string, dirs ...string) time.Duration {
+		t.Helper()
+		args := []string{"--plugin-timeout", timeout.String(), command}
+		if command == "export" {
+			args = append(args, tinyLlama, "--out", filepath.Join(t.TempDir(), "out"))
+		}
+		for _, d := range dirs {
+			args = append(args, "--plugin-dir", d)
+		}
+		cmd := exec.Command(strataBin, args...)
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache)
+		start := time.Now()
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v:\n%s", err, msg)
+		}
+		for _, d := range dirs {
+			requireNoProcesses(t, d)
+		}
+		return time.Since(start)
+	}
+	// A plugin before llama must be described before llama is chosen: its
+	// starts count deterministically.
+	for _, step := range []struct {
+		name    string
+		before  func()
+		command string
+		dirs    []string
+		starts  int  // more starts of the unrelated plugin; -1: any
+		slow    bool // waits out --plugin-timeout (a hung plugin first met before llama)
+	}{
+		{name: "a hung plugin after llama, not waited for", command: "export", dirs: []string{llama, unrelated, hang}, starts: -1},
+		{name: "archs describes every plugin", command: "archs", dirs: []string{llama, unrelated}, starts: 1},
+		{name: "the unrelated plugin known from the cache", command: "export", dirs: []string{unrelated, llama, hang}},
+		{name: "a hung plugin before llama, first met", command: "export", dirs: []string{hang, unrelated, llama}, slow: true},
+		{name: "a hung plugin before llama, remembered", command: "export", dirs: []string{hang, unrelated, llama}},
+		{name: "the unrelated plugin rebuilt", command: "export", dirs: []string{unrelated, llama}, starts: 1, before: func() {
+			bin := filepath.Join(unrelated, "strata-plugin-fake-unrelated")
+			data, err := os.ReadFile(bin)
+			must(t, err)
+			must(t, os.WriteFile(bin+".new", data, 0o755))
+			must(t, os.Rename(bin+".new", bin))
+		}},
+		{name: "a damaged cache", command: "export", dirs: []string{unrelated, llama}, starts: 1, before: func() {
+			entries, err := filepath.Glob(filepath.Join(cache, "strata", "plugins", "*.json"))
+			must(t, err)
+			if len(entries) == 0 {
+				t.Fatal("no cache entry written")
+			}
+			for _, e := range entries {
+				must(t, os.WriteFile(e, []byte("{\"key\": {\"path\": 1"), 0o644))
+			}
+		}},
+	} {
+		if step.before != nil {
+			step.before()
+		}
+		before := starts()
+		took := run(step.command, step.dirs...)
+		if step.slow != (took >= timeout) {
+			t.Errorf("%s: took %s (--plugin-timeout %s)", step.name, took, timeout)
+		}
+		if got := starts() - before; step.starts >= 0 && got != step.starts {
+			t.Errorf("%s: the unrelated plugin started %d times, want %d", step.name, got, step.starts)
+		}
+	}
+}

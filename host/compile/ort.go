@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/strata-llm/strata/internal/contain"
+	"github.com/strata-llm/strata/internal/usage"
 )
 
 //go:embed ort.py
@@ -50,20 +53,24 @@ type ORTReport struct {
 // interpreter exists and imports onnxruntime.
 func CheckORT(ctx context.Context, o ORT) error {
 	if !slices.Contains(ORTLevels, o.Level) {
-		return fmt.Errorf("unknown --ort-level %q: use one of %s", o.Level, strings.Join(ORTLevels, ", "))
+		return usage.Errorf("unknown --ort-level %q: use one of %s", o.Level, strings.Join(ORTLevels, ", "))
 	}
 	python := o.Python
 	if python == "" {
 		python = "python3"
 	}
 	if _, err := exec.LookPath(python); err != nil {
-		return fmt.Errorf("the ort backend runs ONNX Runtime through Python, but --python %s: %w", python, err)
+		return usage.Errorf("the ort backend runs ONNX Runtime through Python, but --python %s: %v", python, err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, python, "-c", "import onnxruntime")
+	cmd := contain.CommandContext(ctx, python, "-c", "import onnxruntime")
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("the ort backend needs onnxruntime in %s, which cannot import it (%v): %s\n(install onnxruntime for it, or pass --python)", python, err, lastLines(stderr.String(), 3))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// The invocation's fault, as a missing compiler is (exit 2).
+		return usage.Errorf("the ort backend needs onnxruntime in %s, which cannot import it (%v): %s\n(install onnxruntime for it, or pass --python)", python, err, lastLines(stderr.String(), 3))
 	}
 	return nil
 }
@@ -75,7 +82,7 @@ func CheckORT(ctx context.Context, o ORT) error {
 // ONNX Runtime of its own.
 func CompileORT(ctx context.Context, m *Model, dir string, o ORT) (*ORTReport, error) {
 	if !slices.Contains(ORTLevels, o.Level) {
-		return nil, fmt.Errorf("unknown --ort-level %q: use one of %s", o.Level, strings.Join(ORTLevels, ", "))
+		return nil, usage.Errorf("unknown --ort-level %q: use one of %s", o.Level, strings.Join(ORTLevels, ", "))
 	}
 	python := o.Python
 	if python == "" {
@@ -93,7 +100,7 @@ func CompileORT(ctx context.Context, m *Model, dir string, o ORT) (*ORTReport, e
 		"level": o.Level, "ort_format": o.ORTFormat, "ort_path": filepath.Join(dir, ORTFormatFile),
 	})
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, python, "-c", ortScript, string(args))
+	cmd := contain.CommandContext(ctx, python, "-c", ortScript, string(args))
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("the ort backend runs ONNX Runtime through %s, which failed (%v): %s\n(install onnxruntime for it, or pass --python)", python, err, lastLines(stderr.String(), 8))

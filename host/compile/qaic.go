@@ -113,13 +113,43 @@ func PlanQAIC(m *Model, dir string, o QAIC) (*Job, error) {
 	if o.NumDevices > 1 {
 		j.MDP = mdpConfig(o.NumDevices, o.NumCores)
 	}
-	model, err := filepath.Rel(dir, m.Path)
+	model, err := relativeTo(dir, m.Path)
 	if err != nil {
 		return nil, err
 	}
 	j.Model = filepath.ToSlash(model)
 	j.Args = o.args(j.Model, j)
 	return j, nil
+}
+
+// relativeTo is target's path from dir, whichever of them is relative to
+// the working directory and whichever absolute (filepath.Rel refuses a
+// mix), through the directories the kernel resolves: the compiler runs in
+// dir, where a ".." leaves a symlinked directory for its target's parent.
+func relativeTo(dir, target string) (string, error) {
+	real := func(p string) (string, error) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", err
+		}
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			return r, nil
+		}
+		// Not there yet (a directory compile will make): its parent may be.
+		if r, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			return filepath.Join(r, filepath.Base(abs)), nil
+		}
+		return abs, nil
+	}
+	d, err := real(dir)
+	if err != nil {
+		return "", err
+	}
+	t, err := real(target)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(d, t)
 }
 
 func (o QAIC) check(m *Model) error {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/internal/contain"
+	"github.com/strata-llm/strata/internal/usage"
 )
 
 // Write writes the job's files into its directory, rel in d:
@@ -93,11 +95,19 @@ func shellQuote(s string) string {
 }
 
 // FindCompiler resolves the qaic-compile binary: the given path, else
-// qaic-compile on PATH, else the SDK's install location.
+// qaic-compile on PATH, else the SDK's install location. Not finding one
+// is the invocation's fault (exit 2, as docs/compile.md says): a path that
+// is missing, a directory or not executable, or no compiler installed.
 func FindCompiler(given string) (string, error) {
 	if given != "" {
 		if _, err := exec.LookPath(given); err != nil {
-			return "", fmt.Errorf("--compiler %s: %w", given, err)
+			why := err
+			if info, serr := os.Stat(given); serr == nil && info.IsDir() {
+				why = errors.New("a directory, not the compiler")
+			} else if serr == nil && info.Mode().Perm()&0o111 == 0 {
+				why = errors.New("not executable (chmod +x it, or name the compiler itself)")
+			}
+			return "", usage.Errorf("--compiler %s: %v", given, why)
 		}
 		return filepath.Abs(given)
 	}
@@ -107,7 +117,7 @@ func FindCompiler(given string) (string, error) {
 	if _, err := os.Stat(DefaultCompiler); err == nil {
 		return DefaultCompiler, nil
 	}
-	return "", fmt.Errorf("qaic-compile not found on PATH or at %s: install the Cloud AI Platform SDK, pass --compiler PATH, or use --dry-run to write the compile files and compile.sh only", DefaultCompiler)
+	return "", usage.Errorf("qaic-compile not found on PATH or at %s: install the Cloud AI Platform SDK, pass --compiler PATH, or use --dry-run to write the compile files and compile.sh only", DefaultCompiler)
 }
 
 // Run runs the compiler in the job's directory, streaming its output, with
@@ -121,7 +131,10 @@ func (j *Job) Run(ctx context.Context, compiler, binDir string, stdout, stderr i
 		}
 	}
 	var tail tailBuffer
-	cmd := exec.CommandContext(ctx, compiler, args...)
+	// Contained: Ctrl-C, or strata's death by SIGKILL, ends the compiler and
+	// what it started; a child it leaves holding its output is killed
+	// when it exits rather than waited for.
+	cmd := contain.CommandContext(ctx, compiler, args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = j.Dir, stdout, io.MultiWriter(stderr, &tail)
 	if err := cmd.Run(); err != nil {
 		var exit *exec.ExitError

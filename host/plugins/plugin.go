@@ -15,6 +15,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc/codes"
 
+	"github.com/strata-llm/strata/internal/contain"
 	"github.com/strata-llm/strata/internal/procstat"
 	"github.com/strata-llm/strata/sdk"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -36,6 +37,17 @@ type Plugin struct {
 
 	models sentModels
 	killed sync.Once
+
+	log    hclog.Logger
+	id     *identity     // the binary's, for the describe cache (nil: unknown)
+	ready  chan struct{} // closed once Desc or Err is known
+	ctx    context.Context
+	cancel context.CancelFunc // ends a start under way (Kill)
+	// startMu is held while the process starts; started says it was
+	// started (or must not be: it failed, or was killed).
+	startMu  sync.Mutex
+	started  bool
+	startErr error // why ensure's start failed (Err is discovery's)
 }
 
 // sentModels are the models a plugin that remembers_models has received
@@ -75,12 +87,58 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 	}
 }
 
-// start launches the plugin and asks it to describe itself.
-func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Logger) *Plugin {
-	p := &Plugin{Candidate: c, timeout: timeout}
-	cmd := exec.Command(c.Path)
+// newPlugin is candidate c, not started yet: Load describes it from the
+// cache or starts it at once (describe); a call starts a plugin described
+// from the cache (ensure). Kill ends either.
+func newPlugin(ctx context.Context, c Candidate, opts Options) *Plugin {
+	p := &Plugin{Candidate: c, timeout: opts.Timeout, log: opts.Logger, ready: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	return p
+}
+
+// describe starts the plugin and records what it describes, in p and in
+// the cache: its success, or a failure that is the plugin's (not one of
+// this run being stopped). ready is closed once Desc or Err is set.
+func (p *Plugin) describe(cacheDir string) {
+	defer close(p.ready)
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	p.started = true
+	d, err := p.launch()
+	p.Desc, p.Err = d, err
+	if p.id != nil && p.ctx.Err() == nil {
+		store(cacheDir, *p.id, d, err)
+	}
+}
+
+// ensure starts a plugin Load described from the cache, before its first
+// call; it returns the error the plugin failed with.
+func (p *Plugin) ensure() error {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if !p.started {
+		p.started = true
+		_, p.startErr = p.launch()
+	}
+	switch {
+	case p.Err != nil: // set before ready, never after
+		return p.Err
+	case p.startErr != nil:
+		return p.startErr
+	case p.arch == nil:
+		return fmt.Errorf("plugin %s was stopped before it started", p.Path)
+	}
+	return nil
+}
+
+// launch starts the plugin process and asks it to describe itself; on
+// failure the process is gone. p.startMu is held.
+func (p *Plugin) launch() (*pb.DescribeResponse, error) {
+	ctx := p.ctx
+	// Contained: the plugin and whatever it starts end with strata, even
+	// when strata is killed by SIGKILL (internal/contain).
+	cmd := contain.Command(p.Path)
 	cmd.Env = []string{sdk.HostPIDEnv + "=" + strconv.Itoa(os.Getpid())} // go-plugin adds the environment
-	dieWithHost(cmd)
 	p.cmd = cmd
 	p.client = goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig: sdk.Handshake,
@@ -89,26 +147,27 @@ func start(ctx context.Context, c Candidate, timeout time.Duration, log hclog.Lo
 		},
 		Cmd:              cmd,
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		Logger:           log.Named(c.Name),
-		StartTimeout:     timeout,
+		Logger:           p.log.Named(p.Name),
+		StartTimeout:     p.timeout,
 		GRPCDialOptions:  sdk.DialOptions(),
 	})
-	if p.Err = p.connectUnless(ctx); p.Err != nil {
-		p.Err = fmt.Errorf("cannot start: %w", p.Err)
-		p.Kill()
-		return p
+	if err := p.connectUnless(ctx); err != nil {
+		p.killed.Do(p.kill)
+		return nil, fmt.Errorf("cannot start: %w", err)
 	}
-	p.Err = p.call(ctx, "Describe", func(ctx context.Context) (err error) {
-		p.Desc, err = p.arch.Describe(ctx)
+	var d *pb.DescribeResponse
+	err := p.call(ctx, "Describe", func(ctx context.Context) (err error) {
+		d, err = p.arch.Describe(ctx)
 		return err
 	})
-	if p.Err == nil {
-		p.Err = validate(p.Desc)
+	if err == nil {
+		err = validate(d)
 	}
-	if p.Err != nil {
-		p.Kill()
+	if err != nil {
+		p.killed.Do(p.kill)
+		return nil, err
 	}
-	return p
+	return d, nil
 }
 
 // connectUnless is connect, given up when ctx is: go-plugin waits for the
@@ -125,7 +184,12 @@ func (p *Plugin) connectUnless(ctx context.Context) error {
 	}
 	deadline := time.After(killGrace)
 	for {
-		killGroup(procstat.Child(os.Getpid(), p.Path))
+		if pid := procstat.Child(os.Getpid(), p.Path); pid > 0 { // 0: not started yet, or gone
+			for _, d := range procstat.Descendants(pid) {
+				d.Kill()
+			}
+			killGroup(pid)
+		}
 		select {
 		case <-done:
 			return ctx.Err()
@@ -183,6 +247,9 @@ func (p *Plugin) call(ctx context.Context, what string, fn func(context.Context)
 // Calls that name the same *pb.Model send it once (Plugin.model); Plan and
 // Build replace their request's Model with what they send.
 func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse, err error) {
+	if err := p.ensure(); err != nil {
+		return nil, err
+	}
 	send, done := p.model(m)
 	err = p.call(ctx, "Check", func(ctx context.Context) error {
 		resp, err = p.arch.Check(ctx, &pb.CheckRequest{Model: send})
@@ -196,6 +263,9 @@ func (p *Plugin) Check(ctx context.Context, m *pb.Model) (resp *pb.CheckResponse
 
 // Plan asks for the model's layers and parts.
 func (p *Plugin) Plan(ctx context.Context, req *pb.PlanRequest) (resp *pb.PlanResponse, err error) {
+	if err := p.ensure(); err != nil {
+		return nil, err
+	}
 	var done func()
 	req.Model, done = p.model(req.GetModel())
 	err = p.call(ctx, "Plan", func(ctx context.Context) error {
@@ -213,6 +283,9 @@ func (p *Plugin) Build(ctx context.Context, req *pb.BuildRequest) (resp *pb.Buil
 	what := "Build " + req.GetPart()
 	if req.GetKind() != "" {
 		what += " " + req.GetKind()
+	}
+	if err := p.ensure(); err != nil {
+		return nil, err
 	}
 	var done func()
 	req.Model, done = p.model(req.GetModel())
@@ -238,6 +311,10 @@ const killGrace = 2500 * time.Millisecond
 // Only the first call acts: a second must not signal a process group
 // whose number the system may have given to another.
 func (p *Plugin) Kill() {
+	p.cancel()
+	p.startMu.Lock() // a start under way ends with the cancel
+	p.started = true
+	p.startMu.Unlock()
 	p.killed.Do(p.kill)
 }
 
@@ -250,7 +327,7 @@ func (p *Plugin) kill() {
 	if p.cmd.Process != nil {
 		pid = p.cmd.Process.Pid
 		if !p.client.Exited() {
-			if rss, ok := procstat.PeakRSS(pid); ok {
+			if rss, ok := procstat.PeakRSS(p.pluginPid(pid)); ok {
 				p.PeakRSS = max(p.PeakRSS, rss)
 			}
 			// Before the plugin goes: then its children are orphans, no
@@ -277,6 +354,17 @@ func (p *Plugin) kill() {
 		// Nothing of the group is left to hold a pipe; go-plugin's
 		// goroutines end when the kernel closes it.
 	}
+}
+
+// pluginPid is the plugin's own process: the shim's child when it runs
+// contained (pid is the shim's), else pid.
+func (p *Plugin) pluginPid(pid int) int {
+	if contain.Contained(p.cmd) {
+		if child := procstat.Child(pid, p.Path); child > 0 {
+			return child
+		}
+	}
+	return pid
 }
 
 // Support returns what the plugin says about modelType, if it handles it.

@@ -14,6 +14,10 @@
 //	child-exit      the same child, then exits in the middle of Plan
 //	child-setsid    starts a child in a session of its own (its pid in
 //	                child.pid), then works as refuse does
+//	child-setsid-hang the same child, then never answers Plan
+//	hang-on-describe completes the handshake, never answers Describe
+//	unrelated       claims model_type fakearch alone, and appends its pid
+//	                to starts beside the binary at each start
 //
 // In the modes below it exports Llama as the llama plugin does, but for one
 // mistake in the layer part it returns, which the host must refuse before
@@ -46,8 +50,10 @@ func main() {
 	switch mode {
 	case "child-hang", "child-exit":
 		startChild(false)
-	case "child-setsid":
+	case "child-setsid", "child-setsid-hang":
 		startChild(true)
+	case "unrelated":
+		recordStart()
 	case "hang-on-start":
 		select {}
 	case "crash-on-start":
@@ -135,6 +141,12 @@ func (f fake) Describe(context.Context) (*pb.DescribeResponse, error) {
 	}
 	archs := []*pb.ArchitectureSupport{{ModelType: "llama", Capabilities: &pb.Capabilities{
 		LayerwiseReason: "the fake plugin's layers cannot be cut apart"}}}
+	switch f.mode {
+	case "hang-on-describe":
+		select {}
+	case "unrelated":
+		archs = []*pb.ArchitectureSupport{{ModelType: "fakearch", Capabilities: &pb.Capabilities{Layerwise: true}}}
+	}
 	if f.mode == "no-layerwise" {
 		archs = append(archs, &pb.ArchitectureSupport{ModelType: "fakearch", Capabilities: &pb.Capabilities{Layerwise: true}})
 	}
@@ -158,7 +170,7 @@ func (f fake) Plan(ctx context.Context, req *pb.PlanRequest) (*pb.PlanResponse, 
 	switch f.mode {
 	case "crash-on-plan":
 		os.Exit(7)
-	case "hang-on-plan", "child-hang":
+	case "hang-on-plan", "child-hang", "child-setsid-hang":
 		select {} // never answers, whatever the host does
 	case "child-exit":
 		os.Exit(3)

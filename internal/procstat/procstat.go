@@ -104,8 +104,12 @@ func Child(parent int, argv0 string) int {
 }
 
 // Descendants are the processes below pid (its children, theirs, ...),
-// whatever session or process group they moved to.
+// whatever session or process group they moved to. None for a pid that is
+// not one (0 would be every process: the kernel's threads' parent).
 func Descendants(pid int) []Proc {
+	if pid <= 0 {
+		return nil
+	}
 	children := map[int][]Proc{}
 	for _, p := range all() {
 		children[p.PPid] = append(children[p.PPid], p)
