@@ -18,8 +18,9 @@ const modelGraphField = 7
 // the graph's encoded initializers (Builder.Referenced, the graph's
 // unknown fields) are written as they are held, then those held apart
 // (Builder.ModelHeld, possibly spilled to a file), as if they ended the
-// graph's unknown fields, and its nodes one at a time. For GLM-4.6 one buffer was 12 MB, and the
-// nodes' another 14 for GLM-4.6-FP8, allocated when the heap is fullest.
+// graph's unknown fields, and its nodes one at a time. For GLM-4.6 one
+// buffer was 12 MB, and the nodes' another 14 for GLM-4.6-FP8, allocated
+// when the heap is fullest.
 func WriteModel(w io.Writer, m *onnxpb.ModelProto, apart Held) (int64, error) {
 	opts := proto.MarshalOptions{Deterministic: true}
 	g := m.GetGraph()

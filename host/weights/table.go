@@ -2,7 +2,6 @@ package weights
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"path"
@@ -310,18 +309,17 @@ func (g *tableGraph) Node(op string, inputs []string, attrs ...*onnxpb.Attribute
 // stitching keeps one of each (an equal node computing the same value).
 // The graph's initializers stay the checkpoint's tensors alone.
 func (t *Table) constant(c *onnxpb.TensorProto) string {
-	sum := sha256.New()
-	var word [8]byte
-	for _, x := range append([]int64{int64(c.GetDataType()), int64(len(c.GetDims()))}, c.GetDims()...) {
-		binary.LittleEndian.PutUint64(word[:], uint64(x))
-		sum.Write(word[:])
+	// Named by the digest of its whole encoding (it has no name yet), so
+	// equal names mean equal tensors whatever fields a constant sets.
+	enc, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil { // a TensorProto the lowering built: cannot fail
+		panic(fmt.Sprintf("weights: encoding a constant: %v", err))
 	}
-	sum.Write(c.GetRawData())
-	digest := sum.Sum(nil)
+	digest := sha256.Sum256(enc)
 	name := constantPrefix + hex.EncodeToString(digest[:8])
 	prev, seen := t.consts[name]
 	if seen && !proto.Equal(prev, c) { // 64 bits alike: the whole digest
-		name = constantPrefix + hex.EncodeToString(digest)
+		name = constantPrefix + hex.EncodeToString(digest[:])
 		_, seen = t.consts[name]
 	}
 	if !seen {
