@@ -104,6 +104,12 @@ func (p *Plugin) describe(cacheDir string) {
 	p.startMu.Lock()
 	defer p.startMu.Unlock()
 	p.started = true
+	if err := p.ctx.Err(); err != nil {
+		// Stopped before this goroutine ran (the command ended early): a
+		// start now would be a process no Kill ends.
+		p.Err = fmt.Errorf("plugin %s was stopped before it started: %w", p.Path, err)
+		return
+	}
 	d, err := p.launch()
 	p.Desc, p.Err = d, err
 	if p.id != nil && p.ctx.Err() == nil {
