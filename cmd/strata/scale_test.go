@@ -56,6 +56,26 @@ func TestQwen3_235BHeaderOnly(t *testing.T) {
 	if stacked != 94 {
 		t.Errorf("%d stacked down projections, want 94", stacked)
 	}
+	// Its initializers (megabytes of them encoded: written through the
+	// export's spill file) are each checkpoint tensor the spec reads, once.
+	sources := map[string]bool{}
+	for _, w := range spec.Weights {
+		for _, s := range w.Sources {
+			sources[s.Key] = true
+		}
+	}
+	inits := map[string]bool{}
+	for _, init := range readModel(t, filepath.Join(whole, "model.onnx")).GetGraph().GetInitializer() {
+		inits[init.GetName()] = true
+	}
+	if len(inits) != len(sources) {
+		t.Errorf("model.onnx holds %d initializers, the spec reads %d tensors", len(inits), len(sources))
+	}
+	for k := range sources {
+		if !inits[k] {
+			t.Fatalf("tensor %s is read by the spec but no initializer of model.onnx", k)
+		}
+	}
 
 	layerwise, _ := export("--layerwise", "--window-size", "1", "-j", "2")
 	if !bytes.Equal(read(t, filepath.Join(whole, "model.onnx")), read(t, filepath.Join(layerwise, "model.onnx"))) {
