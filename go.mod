@@ -16,6 +16,7 @@ require (
 )
 
 require (
+	github.com/buger/jsonparser v1.6.1 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect

@@ -82,6 +82,7 @@ func exportFlags() []cli.Flag {
 // --json: then the caller prints the summary).
 func runExport(c *cli.Context, dir string, opts export.Options) (*export.Result, *exportSummary, error) {
 	start := time.Now()
+	tuneExportGC(opts.Weights == weights.Materialize)
 	// The plugins start while the checkpoint's headers are read.
 	started := make(chan *plugins.Registry, 1)
 	go func() { started <- startPlugins(c) }()

@@ -13,8 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/valyala/fastjson"
 )
 
 const (
@@ -149,17 +147,17 @@ func parseConfig(data []byte) (modelType string, architectures []string, err err
 }
 
 func (c *Checkpoint) readShards() error {
-	names, index, err := c.shardNames()
+	index, err := c.readIndex()
 	if err != nil {
 		return err
 	}
-	if len(index) > 0 { // one map and list of the right size, not 17 doublings of each
-		c.tensors = make(map[string]*Tensor, len(index))
-		c.keys = make([]string, 0, len(index))
+	if index.tensors > 0 { // one map and list of the right size, not 17 doublings of each
+		c.tensors = make(map[string]*Tensor, index.tensors)
+		c.keys = make([]string, 0, index.tensors)
 	}
-	for _, name := range names {
-		sh, err := readShardKeys(c.path(name), name, &c.BytesRead, index.keyOf)
-		if errors.Is(err, fs.ErrNotExist) && index != nil {
+	for _, name := range index.shards {
+		sh, err := readShard(c.path(name), name, &c.BytesRead)
+		if errors.Is(err, fs.ErrNotExist) && index.data != nil {
 			return fmt.Errorf("%s names shard %s, which is missing from %s", c.path(indexFile), name, c.Dir)
 		}
 		if err != nil {
@@ -173,7 +171,7 @@ func (c *Checkpoint) readShards() error {
 	if err := c.checkIndex(index); err != nil {
 		return err
 	}
-	return c.readUnindexed(names)
+	return c.readUnindexed(index.shards)
 }
 
 // readUnindexed adds the tensors of the safetensors files beside the index
@@ -210,110 +208,6 @@ func (c *Checkpoint) readUnindexed(named []string) error {
 		sort.Strings(c.keys)
 	}
 	return nil
-}
-
-// shardNames lists the safetensors files to read: those the index names, or
-// the single model.safetensors.
-func (c *Checkpoint) shardNames() ([]string, weightMap, error) {
-	data, err := c.readFile(indexFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Lstat(c.path(singleFile)); err != nil {
-			return nil, nil, c.noWeightsError()
-		}
-		return []string{singleFile}, nil, nil
-	}
-	if err != nil {
-		return nil, nil, inFile(c.path(indexFile), err)
-	}
-	names, weightMap, err := parseIndex(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", c.path(indexFile), err)
-	}
-	return names, weightMap, nil
-}
-
-// parseIndex reads model.safetensors.index.json: the shard names, sorted,
-// and the weight map.
-// Read with fastjson, as the shard headers are (GLM-4.6's names 44,689
-// tensors).
-func parseIndex(data []byte) ([]string, weightMap, error) {
-	weightMap, err := readWeightMap(data)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(weightMap) == 0 {
-		return nil, nil, errors.New("empty or missing \"weight_map\"")
-	}
-	seen := map[string]bool{}
-	var names []string
-	for _, e := range weightMap {
-		if file := e.shard; !seen[file] {
-			if err := checkRelative(file); err != nil {
-				return nil, nil, fmt.Errorf("shard %q: %w", file, err)
-			}
-			seen[file] = true
-			names = append(names, file)
-		}
-	}
-	sort.Strings(names)
-	return names, weightMap, nil
-}
-
-// readWeightMap reads the index's "weight_map" object: tensor key to shard.
-func readWeightMap(data []byte) (weightMap, error) {
-	var p fastjson.Parser // its cache, the size of the index, is let go of
-	v, err := p.ParseBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("invalid JSON: %w", err)
-	}
-	if v.Type() != fastjson.TypeObject {
-		return nil, fmt.Errorf("invalid JSON: the index is %s, not an object", v.Type())
-	}
-	wm := v.Get("weight_map")
-	if wm == nil || wm.Type() == fastjson.TypeNull {
-		return nil, nil
-	}
-	obj, err := wm.Object()
-	if err != nil {
-		return nil, fmt.Errorf("\"weight_map\" is %s, not an object", wm.Type())
-	}
-	out := make(weightMap, obj.Len())
-	files := map[string]string{} // each shard's name once, not once per tensor
-	obj.Visit(func(k []byte, v *fastjson.Value) {
-		if err != nil {
-			return
-		}
-		file, e := v.StringBytes()
-		if e != nil {
-			err = fmt.Errorf("\"weight_map\": tensor %s: the shard is %s, not a file name", k, v.Type())
-			return
-		}
-		name, ok := files[string(file)]
-		if !ok {
-			name = string(file)
-			files[name] = name
-		}
-		key := string(k)
-		out[key] = indexEntry{key: key, shard: name}
-	})
-	return out, err
-}
-
-// weightMap is the index's weight map: tensor key to its entry.
-type weightMap map[string]indexEntry
-
-// indexEntry is one tensor of the index: the shard it names, and the key's
-// string, which the tensor read from that shard's header keeps rather than
-// a copy of its own (Kimi-K2's 140,000 keys are 9 MB, held twice while the
-// headers are read).
-type indexEntry struct{ key, shard string }
-
-// keyOf is the index's string for a header's key, or a new one.
-func (m weightMap) keyOf(k []byte) string {
-	if e, ok := m[string(k)]; ok {
-		return e.key
-	}
-	return string(k)
 }
 
 // checkRelative refuses shard names that would leave the checkpoint directory.
@@ -361,31 +255,6 @@ func (c *Checkpoint) add(sh Shard) error {
 		c.keys = append(c.keys, t.Key)
 	}
 	return nil
-}
-
-// checkIndex verifies that every tensor the index names is where it says.
-func (c *Checkpoint) checkIndex(index weightMap) error {
-	var wrong []string
-	for key, e := range index {
-		file := e.shard
-		t, ok := c.tensors[key]
-		switch {
-		case !ok:
-			wrong = append(wrong, fmt.Sprintf("%s (in no shard; the index says %s)", key, file))
-		case t.Shard != file:
-			wrong = append(wrong, fmt.Sprintf("%s (in %s; the index says %s)", key, t.Shard, file))
-		}
-	}
-	if len(wrong) == 0 {
-		return nil
-	}
-	sort.Strings(wrong)
-	more := ""
-	if len(wrong) > 3 {
-		more = fmt.Sprintf(" and %d more", len(wrong)-3)
-		wrong = wrong[:3]
-	}
-	return fmt.Errorf("%s disagrees with the shard headers: %s%s", c.path(indexFile), strings.Join(wrong, ", "), more)
 }
 
 // Tensor looks a key up.

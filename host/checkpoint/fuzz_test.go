@@ -30,7 +30,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 			return
 		}
 		sh := Shard{Name: "x.safetensors", Size: int64(len(file)), HeaderBytes: 8 + int64(len(header))}
-		tensors, err := parseHeader(header, sh, newKey)
+		tensors, err := parseHeader(header, sh)
 		if err != nil {
 			return
 		}
@@ -53,14 +53,14 @@ func FuzzIndex(f *testing.F) {
 	f.Add([]byte(`{"weight_map":{}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		names, weightMap, err := parseIndex(data)
+		ix, err := parseIndex(data)
 		if err != nil {
 			return
 		}
-		if len(names) == 0 || len(weightMap) == 0 {
+		if len(ix.shards) == 0 || ix.tensors == 0 {
 			t.Fatal("an index without shards was accepted")
 		}
-		for _, n := range names {
+		for _, n := range ix.shards {
 			if checkRelative(n) != nil {
 				t.Fatalf("shard name %q leaves the checkpoint", n)
 			}

@@ -57,15 +57,6 @@ type Shard struct {
 // github.com/nlpodyssey/safetensors because that library needs the whole
 // file in memory and rejects F8_E4M3, F8_E5M2 and F8_E8M0 tensors.
 func readShard(path, name string, counter *int64) (Shard, error) {
-	return readShardKeys(path, name, counter, newKey)
-}
-
-// newKey is a header key's own string.
-func newKey(k []byte) string { return string(k) }
-
-// readShardKeys is readShard with the strings of the tensors' keys given
-// by keyOf (the index's, shared).
-func readShardKeys(path, name string, counter *int64, keyOf func([]byte) string) (Shard, error) {
 	real, _, err := Resolve(path)
 	if err != nil {
 		return Shard{}, err
@@ -80,7 +71,7 @@ func readShardKeys(path, name string, counter *int64, keyOf func([]byte) string)
 		return Shard{}, err
 	}
 	sh := Shard{Name: name, Path: real, Size: info.Size(), HeaderBytes: 8 + int64(len(header))}
-	if sh.Tensors, err = parseHeader(header, sh, keyOf); err != nil {
+	if sh.Tensors, err = parseHeader(header, sh); err != nil {
 		return Shard{}, err
 	}
 	return sh, nil
@@ -145,7 +136,7 @@ func (p *parserPool) Put(x *fastjson.Parser) {
 // parseHeader reads the JSON header with valyala/fastjson: encoding/json
 // took 3.8 ms for one GLM-4.6 shard's header (a Decoder per entry, to refuse
 // unknown fields), a third of the export over its 144 shards; fastjson 0.25.
-func parseHeader(header []byte, sh Shard, keyOf func([]byte) string) ([]Tensor, error) {
+func parseHeader(header []byte, sh Shard) ([]Tensor, error) {
 	if err := checkSurrogates(header); err != nil {
 		return nil, err
 	}
@@ -167,7 +158,7 @@ func parseHeader(header []byte, sh Shard, keyOf func([]byte) string) ([]Tensor, 
 			return
 		}
 		var t Tensor
-		if t, err = parseEntry(keyOf(k), v, sh, dataBytes); err == nil {
+		if t, err = parseEntry(string(k), v, sh, dataBytes); err == nil {
 			t.Shape = shapes.intern(t.Shape)
 			tensors = append(tensors, t)
 		}

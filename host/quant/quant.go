@@ -309,6 +309,12 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 		view: &View{weights: map[string]weightRef{}, activations: []string{""}, ckpt: ckpt, hidden: map[string]string{}}, parts: map[string]bool{}, shapes: map[shapeID]uint32{}}
 	r.view.lookup = storedTypes(ckpt) // not r.lookup: the view would keep the resolver's maps
 	if cfg != nil {
+		// Sized once (growing to GLM-4.6-FP8's 44,000 weights rehashed 11
+		// times): every format stores a weight's scale as <...>_scale or
+		// <...>_scale_inv.
+		n := scales(ckpt)
+		r.view.weights = make(map[string]weightRef, n)
+		r.parts = make(map[string]bool, n)
 		if err := r.scheme(cfg); err != nil {
 			return nil, err
 		}
@@ -317,6 +323,17 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 		return nil, err
 	}
 	return r.view, nil
+}
+
+// scales counts the stored tensors named as weight scales.
+func scales(ckpt *checkpoint.Checkpoint) int {
+	n := 0
+	for _, k := range ckpt.Keys() {
+		if strings.HasSuffix(k, ".weight_scale") || strings.HasSuffix(k, fp8ScaleSuffix) {
+			n++
+		}
+	}
+	return n
 }
 
 // config is a quantization_config, kept raw: each method reads its fields.
