@@ -45,6 +45,9 @@ type ctGroup struct {
 	activation string // how the inputs of its modules are quantised
 }
 
+// symmetric: no zero points (compressed-tensors' default).
+func (a *ctArgs) symmetric() bool { return a.Symmetric == nil || *a.Symmetric }
+
 // fp8PerToken: dynamic symmetric FP8 with a scale per token, the one
 // activation scheme strata computes.
 func (a *ctArgs) fp8PerToken() bool {
@@ -291,13 +294,15 @@ func matchGroup(groups []*ctGroup, m string) (*ctGroup, error) {
 // quantizedModules lists the modules whose weight is stored quantised:
 // packed, FP8 or int8 beside a weight_scale.
 func (r *resolver) quantizedModules() []string {
-	seen := map[string]bool{}
-	for _, k := range r.ckpt.Keys() {
-		t, _ := r.tensor(k)
+	seen := make(map[string]bool, scales(r.ckpt))
+	for _, t := range r.ckpt.Sorted() {
+		k := t.Key
 		switch {
 		case strings.HasSuffix(k, ".weight_scale"):
+			// A packed or other non-float weight is found by its own key
+			// below; an I64 one only beside a scale.
 			m := strings.TrimSuffix(k, ".weight_scale")
-			if w, ok := r.tensor(m + ".weight"); r.has(m+".weight_packed") || ok && !isFloatDType(w.DType) {
+			if w, ok := r.tensor(m + ".weight"); ok && w.DType == "I64" {
 				seen[m] = true
 			}
 		case strings.HasSuffix(k, ".weight_packed"), strings.HasSuffix(k, ".weight") && !isFloatDType(t.DType) && t.DType != "I64":
@@ -369,7 +374,10 @@ func (r *resolver) ctModule(m string, g *ctGroup) error {
 // extraParts: a packed weight's weight_shape is part of it, though its
 // shape is derived from the packing and the scale.
 func (g *ctGroup) extraParts(c *checkpoint.Checkpoint, key string) []string {
-	if shape := strings.TrimSuffix(key, ".weight") + ".weight_shape"; g.Format == ctPack && hasTensor(c, shape) {
+	if g.Format != ctPack {
+		return nil
+	}
+	if shape := strings.TrimSuffix(key, ".weight") + ".weight_shape"; hasTensor(c, shape) {
 		return []string{shape}
 	}
 	return nil
@@ -387,21 +395,32 @@ func (g *ctGroup) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
 	w := g.Weights
 	m := strings.TrimSuffix(key, ".weight")
 	scale := m + ".weight_scale"
-	st, _ := c.Tensor(scale)
+	// Tensors are looked up only where the expression depends on them: a
+	// symmetric FP8 weight's needs none (44,000 in GLM-4.6-FP8, built at
+	// every export).
+	var scaleShape []int64
+	if g.Format == ctPack || !w.symmetric() {
+		st, _ := c.Tensor(scale)
+		scaleShape = st.Shape
+	}
 	values := transform.Leaf(key)
 	var cols int64
 	if g.Format == ctPack {
 		packed := m + ".weight_packed"
 		pt, _ := c.Tensor(packed)
-		cols = unpackedColumns(pt.Shape[len(pt.Shape)-1], w, st.Shape)
+		cols = unpackedColumns(pt.Shape[len(pt.Shape)-1], w, scaleShape)
 		values = &transform.Expr{Op: transform.OpUnpackInt, Args: []*transform.Expr{transform.Leaf(packed)},
 			Ints: []int64{w.NumBits, 1 << (w.NumBits - 1)}, Axis: -1, End: cols}
-	} else if t, _ := c.Tensor(key); len(t.Shape) > 0 {
-		cols = t.Shape[len(t.Shape)-1]
+	} else if w.Strategy == "channel" { // a block is one output row
+		if t, _ := c.Tensor(key); len(t.Shape) > 0 {
+			cols = t.Shape[len(t.Shape)-1]
+		}
 	}
 	args := []*transform.Expr{values, transform.Leaf(scale)}
-	if zp := m + ".weight_zero_point"; hasTensor(c, zp) {
-		args = append(args, zeroPoint(c, zp, w, st.Shape, g.Format == ctPack))
+	// ctModule checked that a weight has a zero point exactly when its
+	// group is asymmetric.
+	if !w.symmetric() {
+		args = append(args, zeroPoint(c, m+".weight_zero_point", w, scaleShape, g.Format == ctPack))
 	}
 	var block []int64
 	switch w.Strategy {

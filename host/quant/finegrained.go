@@ -49,8 +49,8 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 		r.view.Notes = append(r.view.Notes, "activation_scheme dynamic: activations stay in the compute dtype (transformers dequantises FP8 weights on CPU and does the same)")
 	}
 	how := &blockFP8{block} // one dequantizer (a comparable pointer) for every weight
-	for _, k := range r.ckpt.Keys() {
-		t, _ := r.tensor(k)
+	for _, t := range r.ckpt.Sorted() {
+		k := t.Key
 		if t.DType != "F8_E4M3" {
 			if t.DType == "F8_E5M2" {
 				return fmt.Errorf("tensor %s is F8_E5M2, but quantization_config (fp8) says e4m3", k)

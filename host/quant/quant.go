@@ -221,16 +221,19 @@ func (v *View) Auxiliary(key string) bool {
 // the formats give their parts (values: key is its values, a packed
 // weight): a rule, not a map of 88,000 parts. Read checked that the rule
 // names exactly the tensors each weight's dequantisation reads.
+// (logical is the weight's module, or its key for fine-grained FP8.)
 func (v *View) partOf(key string) (logical string, values, ok bool) {
+	var buf [256]byte // the logical key, built without allocating
 	for _, suffix := range partSuffixes {
 		base, cut := strings.CutSuffix(key, suffix)
 		if !cut {
 			continue
 		}
+		name := append(buf[:0], base...)
 		if suffix != fp8ScaleSuffix {
-			base += ".weight"
+			name = append(name, ".weight"...)
 		}
-		if _, ok := v.weights[base]; ok {
+		if _, ok := v.weights[string(name)]; ok {
 			return base, suffix == packedSuffix, true
 		}
 	}
@@ -268,13 +271,13 @@ func (v *View) Expand(e *transform.Expr) *transform.Expr {
 // except that a quantised weight is one float32 tensor of its logical
 // shape, and its stored parts (and unused scales) are not listed.
 func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
-	keys := ckpt.Keys()
-	out := make([]*pb.TensorInfo, 0, len(keys))
-	for _, k := range keys {
+	tensors := ckpt.Sorted()
+	out := make([]*pb.TensorInfo, 0, len(tensors))
+	for _, t := range tensors {
+		k := t.Key
 		if v.Has(k) || v.Stored(k) {
 			continue
 		}
-		t, _ := ckpt.Tensor(k)
 		sh, _ := ckpt.Shard(t.Shard)
 		out = append(out, &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed})
 	}
@@ -328,8 +331,8 @@ func read(ckpt *checkpoint.Checkpoint, weightsOnly bool) (*View, error) {
 // scales counts the stored tensors named as weight scales.
 func scales(ckpt *checkpoint.Checkpoint) int {
 	n := 0
-	for _, k := range ckpt.Keys() {
-		if strings.HasSuffix(k, ".weight_scale") || strings.HasSuffix(k, fp8ScaleSuffix) {
+	for _, t := range ckpt.Sorted() {
+		if k := t.Key; strings.HasSuffix(k, ".weight_scale") || strings.HasSuffix(k, fp8ScaleSuffix) {
 			n++
 		}
 	}
@@ -524,7 +527,8 @@ func (r *resolver) strays() error {
 		return nil
 	}
 	var bad []string
-	for _, k := range r.ckpt.Keys() {
+	for _, t := range r.ckpt.Sorted() {
+		k := t.Key
 		values, part := r.parts[k]
 		logical, ruleValues, rulePart := r.view.partOf(k)
 		if part && (!rulePart || ruleValues != values) {
@@ -533,7 +537,6 @@ func (r *resolver) strays() error {
 		if _, quantized := r.view.weights[k]; quantized || part || r.view.hidden[k] != "" {
 			continue
 		}
-		t, _ := r.ckpt.Tensor(k)
 		if looksQuantized(k, t.DType) {
 			bad = append(bad, fmt.Sprintf("%s (%s %v)", k, t.DType, t.Shape))
 		}

@@ -177,13 +177,13 @@ func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
 	if t.mode == Reference && t.quant.Quantized() {
 		// One in-graph dequantisation per stacked weight, not per expert.
 		e = e.HoistDequant()
-		if err := e.Infer(t.lookup); err != nil {
+		if err := e.InferNew(t.lookup); err != nil {
 			return nil, t.located(e, err)
 		}
 	}
 	if e.Type.DType != target {
 		e = transform.Cast(e, dtype.Name(target))
-		if err := e.Infer(t.lookup); err != nil {
+		if err := e.InferNew(t.lookup); err != nil {
 			return nil, t.located(e, err)
 		}
 	}

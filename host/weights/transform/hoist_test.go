@@ -109,8 +109,17 @@ func TestHoistDequantKeepsTheBits(t *testing.T) {
 				t.Fatal(err)
 			}
 			hoisted = hoisted.HoistDequant()
+			// The table types what hoisting added only (InferNew): the new
+			// nodes sit under typed ones, and must be typed as Infer would.
+			if err := hoisted.InferNew(m.lookup); err != nil {
+				t.Fatalf("%s: %v", hoisted, err)
+			}
+			typed := types(hoisted)
 			if err := hoisted.Infer(m.lookup); err != nil {
 				t.Fatalf("%s: %v", hoisted, err)
+			}
+			if again := types(hoisted); typed != again {
+				t.Errorf("InferNew typed %s as\n%s\nInfer as\n%s", hoisted, typed, again)
 			}
 			if !strings.HasPrefix(hoisted.String(), tc.hoisted) {
 				t.Errorf("hoisted to %s, want %s...", hoisted, tc.hoisted)
@@ -124,4 +133,11 @@ func TestHoistDequantKeepsTheBits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// types lists every node's type, depth first.
+func types(e *Expr) string {
+	var b strings.Builder
+	e.walk(func(x *Expr) { fmt.Fprintf(&b, "%s %v %v\n", x.Op, x.Type.DType, x.Type.Shape) })
+	return b.String()
 }
