@@ -62,12 +62,18 @@ func RMSNormOnePlus(f *fn.Func, x, weight fn.Value, eps float64) fn.Value {
 type Norm struct {
 	Eps     float64
 	OnePlus bool
+	// ORT computes it as ONNX Runtime's SimplifiedLayerNormalization
+	// (--target ort; not with OnePlus, which that form refuses).
+	ORT bool
 }
 
 // Apply norms x by weight: RMSNorm, or RMSNormOnePlus with OnePlus.
 func (n Norm) Apply(f *fn.Func, x, weight fn.Value) fn.Value {
-	if n.OnePlus {
+	switch {
+	case n.OnePlus:
 		return RMSNormOnePlus(f, x, weight, n.Eps)
+	case n.ORT:
+		return SimplifiedRMSNorm(f, x, weight, n.Eps)
 	}
 	return RMSNorm(f, x, weight, n.Eps)
 }

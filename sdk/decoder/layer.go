@@ -35,6 +35,10 @@ type declaredWeight struct {
 
 func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
 	l := &Layer{Func: f, Model: m, Kind: k}
+	if m.ORT() {
+		l.Hidden, l.Attn = ortLayerInputs(f)
+		return l
+	}
 	l.Hidden, l.Attn, l.States = layerInputs(f, m.Export, m.positionRank(), k.caches(m), m.slotsCache())
 	return l
 }
@@ -169,6 +173,11 @@ type Mixer interface {
 func (l *Layer) MixerResidual(mix Mixer, mixNorms Norms, mlp Block, mlpNorms Norms) error {
 	mixW := mixNorms.declare(l, func() { mix.Declare(l) })
 	mlpW := mlpNorms.declare(l, func() { mlp.Declare(l) })
+	if l.Model.ORT() { // after Declare: the blocks know their settings
+		if why := ortUnmapped(l, mix, mlp); why != "" {
+			return fmt.Errorf("--target ort: layer kind %s does not map onto ONNX Runtime's decoder form: %s; export it without --target ort", l.Kind.Name, why)
+		}
+	}
 
 	var caches []fn.Value
 	hidden, err := mixNorms.apply(l, mixW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {

@@ -38,7 +38,11 @@ func KVCaches(opts *pb.ExportOptions, kvHeads, headDim int) []*pb.CacheSpec {
 	if opts.GetContinuousBatching() {
 		rows = "full_batch_size"
 	}
-	shape := []*pb.Dim{DimParam(rows), DimSize(kvHeads), DimParam("ctx_len"), DimSize(headDim)}
+	length := "ctx_len"
+	if opts.GetTarget() == sdk.TargetORT { // genai's past_key_values.{i}.*: what the past holds
+		length = "past_sequence_length"
+	}
+	shape := []*pb.Dim{DimParam(rows), DimSize(kvHeads), DimParam(length), DimSize(headDim)}
 	return []*pb.CacheSpec{{Name: PastKey, Shape: shape}, {Name: PastValue, Shape: shape}}
 }
 
