@@ -87,16 +87,25 @@ func (a Attention) applyGQA(f *fn.Func, x fn.Value, c AttentionContext) (out, pr
 	k := a.packed(f.Scope("k_proj"), a.K, x, a.KVHeads, a.KNorm)
 	v := a.V.Apply(f.Scope("v_proj"), x)
 	o := c.ORT
+	// ONNX Runtime 1.32's CPU kernel turns q and k itself only for a
+	// head_size that is a multiple of 16 (real checkpoints' 64, 128); other
+	// sizes are turned here, at the positions GQA would use.
+	inside := a.HeadDim%16 == 0
+	cos, sin := o.Cos, o.Sin
+	if !inside {
+		q, k = a.ropeOutside(f.Scope("rope"), x, q, k, o)
+		cos, sin = "", ""
+	}
 	attrs := []*onnxpb.AttributeProto{
 		fn.AttrInt("num_heads", int64(a.Heads)), fn.AttrInt("kv_num_heads", int64(a.KVHeads)),
-		fn.AttrFloat("scale", float32(a.scaling())), fn.AttrInt("do_rotary", 1), fn.AttrInt("rotary_interleaved", 0),
+		fn.AttrFloat("scale", float32(a.scaling())), fn.AttrInt("do_rotary", boolAttr(inside)), fn.AttrInt("rotary_interleaved", 0),
 	}
 	if a.SoftCap != 0 {
 		attrs = append(attrs, fn.AttrFloat("softcap", float32(a.SoftCap)))
 	}
 	f.Import(MSDomain, 1)
 	outs := f.OpN("GroupQueryAttention", MSDomain, 3,
-		[]fn.Value{q, k, v, c.PastKey, c.PastValue, o.SeqlensK, o.TotalSeqLen, o.Cos, o.Sin}, attrs...)
+		[]fn.Value{q, k, v, c.PastKey, c.PastValue, o.SeqlensK, o.TotalSeqLen, cos, sin}, attrs...)
 	return a.O.Apply(f.Scope("o_proj"), outs[0]), outs[1], outs[2]
 }
 
@@ -111,4 +120,32 @@ func (a Attention) packed(f *fn.Func, l Linear, x fn.Value, n int, norm fn.Value
 	}
 	y = SimplifiedRMSNorm(f.Scope("norm"), f.Reshape(y, 0, 0, int64(n), int64(a.HeadDim)), norm, a.NormEps)
 	return f.Reshape(y, 0, 0, int64(n*a.HeadDim))
+}
+
+// ropeOutside turns packed q and k [B,S,n·hd] by the RoPE caches at the
+// positions GroupQueryAttention gives the new tokens: 0..S-1 for a first
+// prompt (the total is S), else seqlens_k + 1 - S onwards for each row.
+func (a Attention) ropeOutside(f *fn.Func, x, q, k fn.Value, o ORTContext) (fn.Value, fn.Value) {
+	seq := f.Dim(x, 1)
+	steps := f.Range(f.Int(0), seq, f.Int(1)) // [S]
+	past := f.Sub(f.Add(f.Cast(o.SeqlensK, fn.Int64), f.Int(1)), seq)
+	first := f.Op("Equal", []fn.Value{f.Cast(o.TotalSeqLen, fn.Int64), seq})
+	pos := f.Add(f.Unsqueeze(f.Where(first, f.Int(0), past), -1), steps) // [B,S]
+	table := func(cache fn.Value) fn.Value {
+		half := f.Gather(cache, pos, 0) // [B,S,Dim/2]
+		return f.Unsqueeze(f.Concat(-1, half, half), 2)
+	}
+	cos, sin := table(o.Cos), table(o.Sin) // [B,S,1,Dim]: heads broadcast
+	turn := func(y fn.Value, n int) fn.Value {
+		y = a.RoPE.Apply(f, f.Reshape(y, 0, 0, int64(n), int64(a.HeadDim)), cos, sin, a.HeadDim)
+		return f.Reshape(y, 0, 0, int64(n*a.HeadDim))
+	}
+	return turn(q, a.Heads), turn(k, a.KVHeads)
+}
+
+func boolAttr(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
