@@ -91,6 +91,10 @@ type Attention struct {
 	// SoftCap·tanh(scores/SoftCap), in the compute dtype (transformers'
 	// Gemma-2 eager attention, attn_logit_softcapping).
 	SoftCap float64
+	// LocalWindow, when not 0, is a sliding window of that many keys
+	// (transformers' sliding_window) in ONNX Runtime's form, where
+	// GroupQueryAttention masks it (local_window_size).
+	LocalWindow int
 	// Gate, when its weight is set, gates the heads' output before O:
 	// ctx·sigmoid(Gate(x)) (Qwen3-Next, Qwen3.5).
 	Gate Linear

@@ -90,7 +90,7 @@ func (a Attention) applyGQA(f *fn.Func, x fn.Value, c AttentionContext) (out, pr
 	// ONNX Runtime 1.32's CPU kernel turns q and k itself only for a
 	// head_size that is a multiple of 16 (real checkpoints' 64, 128); other
 	// sizes are turned here, at the positions GQA would use.
-	inside := a.HeadDim%16 == 0
+	inside := a.HeadDim%16 == 0 && a.RoPE.Dim%16 == 0 // its cos_cache: a multiple of 8 wide
 	cos, sin := o.Cos, o.Sin
 	if !inside {
 		q, k = a.ropeOutside(f.Scope("rope"), x, q, k, o)
@@ -99,6 +99,9 @@ func (a Attention) applyGQA(f *fn.Func, x fn.Value, c AttentionContext) (out, pr
 	attrs := []*onnxpb.AttributeProto{
 		fn.AttrInt("num_heads", int64(a.Heads)), fn.AttrInt("kv_num_heads", int64(a.KVHeads)),
 		fn.AttrFloat("scale", float32(a.scaling())), fn.AttrInt("do_rotary", boolAttr(inside)), fn.AttrInt("rotary_interleaved", 0),
+	}
+	if a.LocalWindow != 0 {
+		attrs = append(attrs, fn.AttrInt("local_window_size", int64(a.LocalWindow)))
 	}
 	if a.SoftCap != 0 {
 		attrs = append(attrs, fn.AttrFloat("softcap", float32(a.SoftCap)))

@@ -295,7 +295,11 @@ func (a *Attention) Declare(l *Layer) {
 	if a.Sinks {
 		a.block.Sinks = l.Weight("self_attn.sinks", int64(m.Heads))
 	}
-	if a.Mask != "" && a.Mask != CtxMask {
+	switch {
+	case a.Mask == "" || a.Mask == CtxMask:
+	case m.ORT(): // a sliding window is GQA's local_window_size; ORTUnmapped refuses other masks
+		a.block.LocalWindow = m.contextWindow(a.Mask)
+	default:
 		l.Attn.Mask = l.Context(a.Mask)
 	}
 	if a.RoPE != "" {

@@ -60,8 +60,11 @@ func (m *Model) checkORT() error {
 		return refuse(fmt.Sprintf("caches other than the KV cache (%s: latent attention)", m.SlotsCache))
 	case len(m.ropes) > 0:
 		return refuse("a second RoPE for some layers")
-	case len(m.context) > 0:
-		return refuse(fmt.Sprintf("context values of its own (%s: e.g. a sliding-window mask)", m.context[0].Name))
+	}
+	for _, v := range m.context {
+		if v.Window == 0 {
+			return refuse(fmt.Sprintf("a context value of its own (%s)", v.Name))
+		}
 	}
 	for _, k := range m.kinds {
 		switch {
@@ -76,6 +79,17 @@ func (m *Model) checkORT() error {
 	}
 	m.ortContextLength = int64(m.IntOr("max_position_embeddings", 4096))
 	return m.Err
+}
+
+// contextWindow is the sliding window of the context value name, 0 if it
+// is none.
+func (m *Model) contextWindow(name string) int {
+	for _, v := range m.context {
+		if v.Name == name {
+			return v.Window
+		}
+	}
+	return 0
 }
 
 // ortUnmapped is what of a residual layer's blocks does not map, or "".
@@ -96,8 +110,8 @@ func ortUnmapped(l *Layer, blocks ...any) string {
 // output gates, masks of its own (sliding windows) and RoPEs of its own.
 func (a *Attention) ORTUnmapped(l *Layer) string {
 	switch {
-	case a.Mask != "" && a.Mask != CtxMask:
-		return fmt.Sprintf("attention masked by %s (a sliding window)", a.Mask)
+	case a.Mask != "" && a.Mask != CtxMask && a.block.LocalWindow == 0:
+		return fmt.Sprintf("attention masked by %s, which is not a sliding window", a.Mask)
 	case a.RoPE != "":
 		return fmt.Sprintf("attention turning by RoPE %s", a.RoPE)
 	}
