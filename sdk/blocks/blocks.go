@@ -12,10 +12,15 @@ import (
 // optional bias [out] ("" for none).
 type Linear struct {
 	Weight, Bias fn.Value
+	// ORT computes it as ONNX Runtime's FusedMatMul (--target ort).
+	ORT bool
 }
 
 // Apply computes x·Wᵀ + b. The transpose is of a weight, so compilers fold it.
 func (l Linear) Apply(f *fn.Func, x fn.Value) fn.Value {
+	if l.ORT {
+		return l.applyORT(f, x)
+	}
 	// Gemm with transB over the rows of x: the weight is used as stored,
 	// [out, in], so ONNX Runtime pre-packs it without folding a
 	// transposed copy at every session creation.

@@ -59,7 +59,7 @@ func (l *Layer) Computed(name string, bind func(layer int32) weight.Expr) fn.Val
 // Linear declares an nn.Linear called name: weight [out, in], and bias
 // [out] when bias is set.
 func (l *Layer) Linear(name string, out, in int, bias bool) blocks.Linear {
-	lin := blocks.Linear{Weight: l.Weight(name+".weight", int64(out), int64(in))}
+	lin := blocks.Linear{Weight: l.Weight(name+".weight", int64(out), int64(in)), ORT: l.Model.ORT()}
 	if bias {
 		lin.Bias = l.Weight(name+".bias", int64(out))
 	}
@@ -82,6 +82,7 @@ func (l *Layer) FusedLinears(fused string, names []string, outs []int, in int, b
 	start := int64(0)
 	for i, name := range names {
 		lo, hi := start, start+int64(outs[i])
+		lins[i].ORT = l.Model.ORT()
 		lins[i].Weight = l.Computed(name+".weight", func(layer int32) weight.Expr {
 			return weight.Slice(weight.Tensor(l.Model.LayerKey(layer, fused+".weight"), total, int64(in)), 0, lo, hi, 1)
 		})

@@ -159,7 +159,7 @@ func ortContextPart(domain, name string, dt fn.DType, rope blocks.RoPE) *pb.Buil
 func ortFinalPart(domain, name string, dt fn.DType, kind blocks.Norm, softCap float64, norm, head weight.Expr) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, normW, headW := f.Input(sdk.HiddenStates), f.Input("norm.weight"), f.Input("lm_head.weight")
-	logits := blocks.Linear{Weight: headW}.Apply(f.Scope("lm_head"), kind.Apply(f.Scope("norm"), hidden, normW))
+	logits := blocks.Linear{Weight: headW, ORT: true}.Apply(f.Scope("lm_head"), kind.Apply(f.Scope("norm"), hidden, normW))
 	f.Output(sdk.Logits, f.CastTo(blocks.SoftCap(f.Scope("softcap"), logits, softCap), dt, fn.Float32))
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{
 		weight.Bind("norm.weight", norm), weight.Bind("lm_head.weight", head)}})
