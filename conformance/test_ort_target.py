@@ -110,6 +110,20 @@ def test_logits_match_transformers(name, tmp_path):
     assert diffs.max() <= TOLERANCE, f"{name}: --target ort logits differ from transformers: {diffs}"
 
 
+@pytest.mark.parametrize("args", [["--dtype", "float16"], ["--subfunctions"]], ids=["float16", "subfunctions"])
+@pytest.mark.parametrize("name", ["llama-f32-base", "qwen3-f32-bias-tied", "mistral-f32-sliding"])
+def test_other_forms(name, args, tmp_path):
+    """--subfunctions computes the same; --dtype float16 within 2% of the
+    logits' scale, as the default form's float16 test allows."""
+    fx = Fixture(name)
+    export_ort(fx, tmp_path / "out", *args)
+    got = Session(str(tmp_path / "out" / "model.onnx")).run(fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"])
+    diffs = max_diff_per_step(got, fx.ref["logits"])
+    limit = 0.02 * np.abs(fx.ref["logits"]).max() if "float16" in args else TOLERANCE
+    print(f"{name} {args}: max |Δlogits| {diffs.max():.2e}")
+    assert diffs.max() <= limit
+
+
 @pytest.mark.parametrize("name", ORT_GREEDY)
 def test_greedy_matches_transformers(name, tmp_path):
     fx = Fixture(name)
