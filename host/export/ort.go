@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/plugins"
@@ -163,13 +162,15 @@ func genaiConfig(configJSON, generationJSON []byte, plan *pb.PlanResponse) ([]by
 		}
 	}
 	layers := len(plan.GetLayers())
-	modelType := plan.GetModelType()
 	cfg := map[string]any{
 		"model": map[string]any{
 			"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
 			"context_length": d.GetContextLength(),
-			"type":           strings.ToLower(modelType),
-			"vocab_size":     plan.GetVocabSize(),
+			// onnxruntime-genai's generic decoder-only model: the graph is
+			// all it runs, and genai knows only a fixed list of model_types
+			// (not olmo2 or qwen3_moe, say).
+			"type":       "decoder",
+			"vocab_size": plan.GetVocabSize(),
 			"decoder": map[string]any{
 				"session_options": map[string]any{"log_id": "onnxruntime-genai", "provider_options": []any{}},
 				"filename":        ModelFile,

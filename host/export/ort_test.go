@@ -53,8 +53,8 @@ func TestGenAIConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := got.Model
-	if m.Type != "qwen3" || m.BOS != 5 || len(m.EOS) != 2 || m.EOS[0] != 9 || m.Pad != 9 || m.Context != 4096 {
-		t.Errorf("model %+v: want type qwen3, bos 5, eos [9 7] from generation_config.json, pad 9, context 4096", m)
+	if m.Type != "decoder" || m.BOS != 5 || len(m.EOS) != 2 || m.EOS[0] != 9 || m.Pad != 9 || m.Context != 4096 {
+		t.Errorf("model %+v: want type decoder, bos 5, eos [9 7] from generation_config.json, pad 9, context 4096", m)
 	}
 	if m.Decoder["num_hidden_layers"] != 2.0 || m.Decoder["head_size"] != 64.0 || m.Decoder["num_key_value_heads"] != 2.0 {
 		t.Errorf("decoder %v", m.Decoder)
