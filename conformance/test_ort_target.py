@@ -237,3 +237,13 @@ def test_options_without_a_place_are_refused(flag, tmp_path):
     fx = Fixture("llama-f32-base")
     proc = subprocess.run([STRATA, "export", fx.model, "--out", str(tmp_path / "out"), "--target", "ort", *flag], capture_output=True, text=True)
     assert proc.returncode == 2 and f"--target ort cannot be combined with {flag[0]}" in proc.stderr, proc.stderr
+
+
+def test_default_export_over_an_ort_one_removes_its_files(tmp_path):
+    """genai_config.json must not outlive the model it describes."""
+    fx = Fixture("llama-f32-base")
+    out = tmp_path / "out"
+    export_ort(fx, out)
+    assert (out / "genai_config.json").exists() and (out / "generation_config.json").exists()
+    export(fx.model, out)
+    assert not (out / "genai_config.json").exists() and not (out / "generation_config.json").exists()

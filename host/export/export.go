@@ -325,6 +325,9 @@ func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.S
 		extra[weights.QAICSpecFile] = qaic
 	}
 	maps.Copy(extra, e.ortFiles)
+	if err := e.out.pruneORTFiles(e.ortFiles); err != nil {
+		return 0, err
+	}
 	specs := []*weights.Spec{spec}
 	for _, s := range e.separate {
 		extra[s.file] = s.data

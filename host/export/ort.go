@@ -92,6 +92,24 @@ func ortFiles(ckpt *checkpoint.Checkpoint, plan *pb.PlanResponse) (map[string][]
 	return files, nil
 }
 
+// ORTFiles are the files --target ort writes beside model.onnx, those
+// present in the checkpoint of the tokenizer files.
+func ORTFiles() []string { return append([]string{GenAIConfigFile}, tokenizerFiles...) }
+
+// pruneORTFiles removes the files of an earlier --target ort export into
+// the directory that this export does not write: a genai_config.json left
+// beside a model of the default form would describe IO it does not have.
+func (o outDir) pruneORTFiles(written map[string][]byte) error {
+	for _, name := range ORTFiles() {
+		if _, ok := written[name]; !ok && o.Owned(name) {
+			if err := o.Remove(name); err != nil {
+				return fmt.Errorf("removing %s of an earlier --target ort export: %w", o.path(name), err)
+			}
+		}
+	}
+	return nil
+}
+
 // maxTokenizerFile bounds a tokenizer file read into memory.
 const maxTokenizerFile = 1 << 30
 
