@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 import gen_gptoss
 import gen_mistral
 import gen_olmo2
+import gen_ort
 import gen_phi3
 import gen_quant
 import gen_qwen35
@@ -469,6 +470,7 @@ def main():
     gen_deepseek.generate_extras(FIXTURES, names)
     gen_qwen35.generate_extras(FIXTURES, names)
     gen_mistral.generate_extras(FIXTURES, names)
+    gen_ort.generate_extras(FIXTURES, names)
     if "transforms" in names:
         generate_transforms(os.path.join(FIXTURES, "transforms"))
     if "routers" in names:

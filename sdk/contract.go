@@ -83,3 +83,11 @@ const NonLayer = -1
 
 // PartModel is a separate model of the plan's models (BuildRequest.model_name).
 const PartModel = "model"
+
+// TargetORT is the export target (ExportOptions.target, Capabilities.targets)
+// of ONNX Runtime's form: its contrib ops and onnxruntime-genai's decoder IO.
+const TargetORT = "ort"
+
+// AttentionMask is the graph input of --target ort, [batch_size,
+// total_sequence_length] int64: 1 for the tokens so far, past and new.
+const AttentionMask = "attention_mask"

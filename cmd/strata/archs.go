@@ -157,6 +157,9 @@ func capabilities(c *pb.Capabilities) string {
 	if len(c.GetModels()) > 0 {
 		parts = append(parts, "models: "+strings.Join(c.GetModels(), ","))
 	}
+	if len(c.GetTargets()) > 0 {
+		parts = append(parts, "targets: "+strings.Join(c.GetTargets(), ","))
+	}
 	return strings.Join(parts, "  ")
 }
 

@@ -13,6 +13,7 @@ strata export meta-llama/Llama-3.1-8B --out out/llama  # from the Hugging Face c
 strata export MODEL --out out/m --dtype float16 --subfunctions
 strata export MODEL --out out/m --layerwise --window-size 4 -j 8 --keep-windows
 strata export MODEL --out out/m --weights materialize --weight-spec qaic
+strata export ./Qwen3-8B --out out/q --target ort      # ONNX Runtime's form: onnxruntime_genai.Model("out/q") runs it
 strata export Qwen/Qwen3-30B-A3B --out out/q --moe-strategy dense   # a plugin option
 strata export MODEL --out out/m --link copy            # for the onnx package on a file system without reflink
 strata export MODEL --out out/m --json --stats -       # results as JSON on stdout`,

@@ -28,6 +28,7 @@ func exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Required: true, Usage: "output `DIR` (created; may hold only an earlier strata export)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace the files strata's manifest in DIR records even if they changed since (a damaged export, as strata check reports it); anything else in DIR is still refused"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "build the model in memory and report what would be written (files and sizes, model.onnx's inputs and outputs, windows, what is read); DIR is not created and nothing is written"},
+			&cli.StringFlag{Name: "target", Value: export.TargetQAIC, Usage: "the graph's form: qaic (QEfficient's IO and ops, for the Qualcomm AI 100 toolchain and strata compile) or ort (ONNX Runtime's contrib ops and onnxruntime-genai's decoder IO, with genai_config.json and the tokenizer files: for serving with ONNX Runtime); plugins list their targets in `strata archs`"},
 			jsonFlag(),
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
@@ -132,7 +133,7 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 		Out: out, ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
 		ContinuousBatching: c.Bool("continuous-batching"), CCL: c.Bool("ccl"),
 		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
-		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"),
+		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"), Target: c.String("target"),
 		Progress: progressOut(c), TTY: isTerminal(c.App.ErrWriter),
 	}
 	var err error

@@ -125,6 +125,11 @@ func summarizeExport(start time.Time, p *plugins.Plugin, ckpt *checkpoint.Checkp
 	}
 	add(export.SpecFile, "weight_spec")
 	add(weights.QAICSpecFile, "weight_spec")
+	if opts.Target == export.TargetORT {
+		for _, name := range export.ORTFiles() {
+			add(name, "genai")
+		}
+	}
 	var indexes []string
 	for _, f := range res.Spec.Files {
 		if f.Kind == weights.KindCheckpoint {

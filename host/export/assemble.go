@@ -43,6 +43,8 @@ type assembler struct {
 	serving      window.Serving
 	// read records which serving inputs some part declared.
 	read map[string]bool
+	// ort: onnxruntime-genai's IO (--target ort; window.ModelIO.ORT).
+	ort bool
 }
 
 func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, s window.Span, subfunctions bool, srv window.Serving, mode, dataPath string) *assembler {
@@ -52,9 +54,8 @@ func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, q *quant.View, compute 
 }
 
 // Value names in the assembled graph.
-func layerPrefix(i int32) string             { return window.LayerPrefix(i) }
-func cacheInput(name string, i int32) string { return window.CacheName(name, i) }
-func contextValue(name string) string        { return "context/" + name }
+func layerPrefix(i int32) string      { return window.LayerPrefix(i) }
+func contextValue(name string) string { return "context/" + name }
 
 // layers are the plan's layers inside the span.
 func (a *assembler) layers() []*pb.Layer {
@@ -117,7 +118,7 @@ var servingFlag = map[string]string{sdk.BatchIndex: "--continuous-batching", sdk
 
 // declareIO declares the graph inputs and outputs window.ModelIO decides.
 func (a *assembler) declareIO() error {
-	io, err := window.ModelIO{Plan: a.parts.plan, Compute: a.compute, Serving: a.serving}.Of(a.span)
+	io, err := a.io().Of(a.span)
 	if err != nil {
 		return err
 	}
@@ -130,6 +131,17 @@ func (a *assembler) declareIO() error {
 	return nil
 }
 
+func (a *assembler) io() window.ModelIO {
+	return window.ModelIO{Plan: a.parts.plan, Compute: a.compute, Serving: a.serving, ORT: a.ort}
+}
+
+// cacheIO is layer i's graph input of cache name and its retained state's
+// output (declareIO has checked every cache has them).
+func (a *assembler) cacheIO(name string, i int32) (in, out string) {
+	in, out, _ = a.io().CacheIO(name, i)
+	return in, out
+}
+
 // placeContext binds each cache input of the context function to the first
 // layer of the span that has that cache: the context only reads its shape.
 // A span none of whose layers reads a context value (linear-attention
@@ -139,7 +151,7 @@ func (a *assembler) placeContext() error {
 	for _, l := range a.layers() {
 		for _, c := range a.kinds[l.GetKind()].GetCaches() {
 			if _, ok := inputs[c.GetName()]; !ok {
-				inputs[c.GetName()] = cacheInput(c.GetName(), l.GetIndex())
+				inputs[c.GetName()], _ = a.cacheIO(c.GetName(), l.GetIndex())
 			}
 		}
 	}
@@ -192,8 +204,7 @@ func (a *assembler) placeLayer(l *pb.Layer, hidden string) (string, error) {
 	inputs := map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}
 	outputs := map[string]string{sdk.HiddenStatesOut: out}
 	for _, c := range a.kinds[l.GetKind()].GetCaches() {
-		inputs[c.GetName()] = cacheInput(c.GetName(), i)
-		outputs[c.GetName()+sdk.RetainedSuffix] = cacheInput(c.GetName(), i) + sdk.RetainedSuffix
+		inputs[c.GetName()], outputs[c.GetName()+sdk.RetainedSuffix] = a.cacheIO(c.GetName(), i)
 	}
 	for _, name := range a.parts.plan.GetContextOutputs() {
 		inputs[name] = contextValue(name)

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -61,6 +62,10 @@ type Options struct {
 	PluginOptions      map[string]string // options only some plugins know (moe_strategy)
 	ContinuousBatching bool              // batch_index input, CtxScatterCB/CtxGatherCB, cache of full_batch_size rows
 	CCL                bool              // comp_ctx_lengths input: attention reads its length of cache rows
+
+	// Target is the graph's form: TargetQAIC (or "", the default) or
+	// TargetORT (ONNX Runtime's, for a plugin declaring it; ort.go).
+	Target string
 
 	// Models are separate models to export beside model.onnx (names the
 	// plugin declares in its capabilities), each as <name>.onnx.
@@ -125,6 +130,8 @@ type exporter struct {
 	separate []separateModel
 	// notes are the host's own things to tell the user, with the plugin's.
 	notes []string
+	// ortFiles are genai_config.json and the tokenizer files (--target ort).
+	ortFiles map[string][]byte
 	// spill takes the encoded initializers of the model being written
 	// (whole, or stitched) off the heap: a scratch file in the output.
 	spill *graph.Spill
@@ -144,12 +151,20 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	}
 	e.model = Model(ckpt, e.quant)
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
-		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions}
+		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions, Target: e.opts.Target}
+	if err := targetGuard(p, ckpt.ModelType, e.opts.Target); err != nil {
+		return nil, err
+	}
 	if e.parts, err = buildParts(ctx, p, ckpt, e.quant, e.model, exportOpts, e.opts.Layerwise, e.opts.WindowSize); err != nil {
 		return nil, err
 	}
 	if e.separate, err = e.buildSeparateModels(exportOpts); err != nil {
 		return nil, err
+	}
+	if e.opts.Target == TargetORT {
+		if e.ortFiles, err = ortFiles(ckpt, e.parts.plan); err != nil {
+			return nil, err
+		}
 	}
 	e.model = nil // the plugin has built everything: the inventory can go
 	if e.opts.DryRun {
@@ -224,6 +239,9 @@ func checkOptions(opts Options) (Options, dtype.DType, error) {
 	}
 	if opts.Jobs < 0 {
 		return opts, 0, usage.Errorf("-j must be at least 1, got %d", opts.Jobs)
+	}
+	if opts.Target, err = checkTarget(opts); err != nil {
+		return opts, 0, err
 	}
 	return opts, compute, nil
 }
@@ -306,6 +324,10 @@ func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.S
 		}
 		extra[weights.QAICSpecFile] = qaic
 	}
+	maps.Copy(extra, e.ortFiles)
+	if err := e.out.pruneORTFiles(e.ortFiles); err != nil {
+		return 0, err
+	}
 	specs := []*weights.Spec{spec}
 	for _, s := range e.separate {
 		extra[s.file] = s.data
@@ -363,6 +385,7 @@ func modelName(c *checkpoint.Checkpoint) string {
 func (e *exporter) assemble(s window.Span, dataPath string, spill *graph.Spill) (*assembler, error) {
 	a := newAssembler(e.parts, e.ckpt, e.quant, e.compute, s, e.opts.Subfunctions,
 		window.Serving{ContinuousBatching: e.opts.ContinuousBatching, CCL: e.opts.CCL}, e.opts.Weights, dataPath)
+	a.ort = e.opts.Target == TargetORT
 	if spill != nil {
 		a.b.SpillTo(spill)
 	}
@@ -469,7 +492,8 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 		return parts{}, fmt.Errorf("plugin %s returned an invalid plan: %w", p.Path, err)
 	}
 	ps := parts{plan: plan, kinds: map[string]*pb.BuildResponse{}}
-	c := contracts{plan: plan, serving: window.Serving{ContinuousBatching: opts.GetContinuousBatching(), CCL: opts.GetCcl()}}
+	c := contracts{plan: plan, serving: window.Serving{ContinuousBatching: opts.GetContinuousBatching(), CCL: opts.GetCcl()},
+		ort: opts.GetTarget() == sdk.TargetORT}
 	if layerwise {
 		c.windowSize = windowSize
 	}

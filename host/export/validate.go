@@ -59,6 +59,16 @@ type contracts struct {
 	serving window.Serving
 	// windowSize is the layers per window of a layerwise export; 0: whole.
 	windowSize int
+	// ort: onnxruntime-genai's IO, which has no position_ids (--target ort).
+	ort bool
+}
+
+// positions is position_ids as a passed input, or none with --target ort.
+func (c contracts) positions() []string {
+	if c.ort {
+		return nil
+	}
+	return []string{sdk.PositionIDs}
 }
 
 // of is the contract of a part the plan asks for (kind: a layer kind's name).
@@ -107,7 +117,7 @@ func (c contracts) embed() partContract {
 // context: a cache input is bound to the first layer of each window that
 // has a cache of that name (assemble.go), so it may read any kind's cache.
 func (c contracts) context() partContract {
-	pc := c.common(sdk.PartContext, []int32{sdk.NonLayer}, sdk.PositionIDs)
+	pc := c.common(sdk.PartContext, []int32{sdk.NonLayer}, c.positions()...)
 	pc.reads = c.plan.GetContextOutputs()
 	for _, k := range c.plan.GetKinds() {
 		for _, cache := range k.GetCaches() {
@@ -118,7 +128,7 @@ func (c contracts) context() partContract {
 }
 
 func (c contracts) layer(kind *pb.LayerKind) partContract {
-	pc := c.common(fmt.Sprintf("layer kind %q", kind.GetName()), layersOf(c.plan, kind.GetName()), sdk.HiddenStates, sdk.PositionIDs)
+	pc := c.common(fmt.Sprintf("layer kind %q", kind.GetName()), layersOf(c.plan, kind.GetName()), append([]string{sdk.HiddenStates}, c.positions()...)...)
 	pc.reads = []string{sdk.HiddenStatesOut}
 	for _, cache := range kind.GetCaches() {
 		pc.pass(cache.GetName(), roleCache)
@@ -134,7 +144,7 @@ func (c contracts) layer(kind *pb.LayerKind) partContract {
 }
 
 func (c contracts) final() partContract {
-	pc := c.common(sdk.PartFinal, []int32{sdk.NonLayer}, sdk.HiddenStates, sdk.PositionIDs)
+	pc := c.common(sdk.PartFinal, []int32{sdk.NonLayer}, append([]string{sdk.HiddenStates}, c.positions()...)...)
 	pc.reads = []string{sdk.Logits}
 	for _, x := range c.plan.GetExtraOutputs() {
 		formal := x.GetPartOutput()

@@ -52,6 +52,10 @@ type ModelIO struct {
 	Plan    *pb.PlanResponse
 	Compute dtype.DType
 	Serving Serving
+	// ORT: onnxruntime-genai's decoder IO (--target ort): no position_ids,
+	// the KV cache as past_key_values.{i}.key/value in and present.{i}.*
+	// out (CacheIO), logits at every position.
+	ORT bool
 }
 
 // Of is the IO of the window s (Whole for the whole model). Inputs: the
@@ -63,6 +67,9 @@ type ModelIO struct {
 func (m ModelIO) Of(s Span) (IO, error) {
 	var io IO
 	batch, seq := graph.Dim{Param: "batch_size"}, graph.Dim{Param: "seq_len"}
+	if m.ORT {
+		seq.Param = "sequence_length"
+	}
 	hidden := []graph.Dim{batch, seq, {Size: m.Plan.GetHiddenSize()}}
 	switch {
 	case !s.IsFirst():
@@ -76,13 +83,18 @@ func (m ModelIO) Of(s Span) (IO, error) {
 	if err != nil {
 		return IO{}, err
 	}
-	io.Inputs = append(io.Inputs, Value{sdk.PositionIDs, onnxpb.TensorProto_INT64, pos})
+	if !m.ORT {
+		io.Inputs = append(io.Inputs, Value{sdk.PositionIDs, onnxpb.TensorProto_INT64, pos})
+	}
 	if io.Inputs, err = m.extraInputs(io.Inputs); err != nil {
 		return IO{}, err
 	}
-	caches := m.caches(s)
+	caches, err := m.caches(s)
+	if err != nil {
+		return IO{}, err
+	}
 	for _, c := range caches {
-		io.Inputs = append(io.Inputs, c)
+		io.Inputs = append(io.Inputs, c.in)
 	}
 	if m.Serving.CCL {
 		io.Inputs = append(io.Inputs, Value{sdk.CompCtxLengths, onnxpb.TensorProto_INT64, []graph.Dim{{Param: "comp_ctx_lengths"}}})
@@ -91,7 +103,11 @@ func (m ModelIO) Of(s Span) (IO, error) {
 		io.Inputs = append(io.Inputs, Value{sdk.BatchIndex, onnxpb.TensorProto_INT64, []graph.Dim{batch, {Size: 1}}})
 	}
 	if s.IsLast() {
-		io.Outputs = append(io.Outputs, Value{sdk.Logits, onnxpb.TensorProto_FLOAT, []graph.Dim{batch, {Size: 1}, {Size: m.Plan.GetVocabSize()}}})
+		rows := graph.Dim{Size: 1} // the last valid token's
+		if m.ORT {
+			rows = seq
+		}
+		io.Outputs = append(io.Outputs, Value{sdk.Logits, onnxpb.TensorProto_FLOAT, []graph.Dim{batch, rows, {Size: m.Plan.GetVocabSize()}}})
 		for _, x := range m.Plan.GetExtraOutputs() {
 			v, err := SpecValue(x, m.Compute)
 			if err != nil {
@@ -104,8 +120,7 @@ func (m ModelIO) Of(s Span) (IO, error) {
 		io.Outputs = append(io.Outputs, Value{BoundaryOut, m.Compute, hidden})
 	}
 	for _, c := range caches {
-		c.Name += sdk.RetainedSuffix
-		io.Outputs = append(io.Outputs, c)
+		io.Outputs = append(io.Outputs, c.out)
 	}
 	return io, nil
 }
@@ -162,23 +177,71 @@ func ExtraOutputName(s Span, name string) string {
 	return name
 }
 
-// caches are the cache inputs of the span's layers, in layer order.
-func (m ModelIO) caches(s Span) []Value {
+// cacheIO is one cache's graph input and the output of its retained state.
+type cacheIO struct{ in, out Value }
+
+// caches are the caches of the span's layers, in layer order.
+func (m ModelIO) caches(s Span) ([]cacheIO, error) {
 	kinds := map[string]*pb.LayerKind{}
 	for _, k := range m.Plan.GetKinds() {
 		kinds[k.GetName()] = k
 	}
-	var out []Value
+	var out []cacheIO
 	for _, l := range m.Plan.GetLayers()[s.First : s.Last+1] {
 		for _, c := range kinds[l.GetKind()].GetCaches() {
-			out = append(out, Value{CacheName(c.GetName(), l.GetIndex()), m.Compute, dims(c.GetShape())})
+			in, retained, err := m.CacheIO(c.GetName(), l.GetIndex())
+			if err != nil {
+				return nil, err
+			}
+			d := dims(c.GetShape())
+			outDims := d
+			if m.ORT { // present holds the past and the new tokens
+				outDims = slices.Clone(d)
+				for i := range outDims {
+					if outDims[i].Param == ORTPastLength {
+						outDims[i].Param = ORTTotalLength
+					}
+				}
+			}
+			out = append(out, cacheIO{Value{in, m.Compute, d}, Value{retained, m.Compute, outDims}})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // CacheName is layer i's cache input: past_key.3.
 func CacheName(name string, i int32) string { return fmt.Sprintf("%s.%d", name, i) }
+
+// The KV cache's dimension names in onnxruntime-genai's decoder IO.
+const (
+	ORTPastLength  = "past_sequence_length"
+	ORTTotalLength = "total_sequence_length"
+)
+
+// ORT names of the KV cache, onnxruntime-genai's (with the layer index).
+const (
+	ORTPastKey      = "past_key_values.%d.key"
+	ORTPastValue    = "past_key_values.%d.value"
+	ORTPresentKey   = "present.%d.key"
+	ORTPresentValue = "present.%d.value"
+)
+
+// CacheIO is layer i's graph input of cache name and the graph output of
+// its retained state: past_key.3 and past_key.3_RetainedState, or in
+// onnxruntime-genai's IO past_key_values.3.key and present.3.key (only
+// the KV cache has names there).
+func (m ModelIO) CacheIO(name string, i int32) (in, out string, err error) {
+	if !m.ORT {
+		return CacheName(name, i), CacheName(name, i) + sdk.RetainedSuffix, nil
+	}
+	switch name {
+	case "past_key":
+		return fmt.Sprintf(ORTPastKey, i), fmt.Sprintf(ORTPresentKey, i), nil
+	case "past_value":
+		return fmt.Sprintf(ORTPastValue, i), fmt.Sprintf(ORTPresentValue, i), nil
+	}
+	return "", "", fmt.Errorf("layer %d has cache %q, which onnxruntime-genai's decoder IO has no name for (--target ort maps past_key and past_value only)", i, name)
+}
 
 func dims(ds []*pb.Dim) []graph.Dim {
 	out := make([]graph.Dim, len(ds))

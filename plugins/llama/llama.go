@@ -1,11 +1,15 @@
 package llama
 
-import "github.com/strata-llm/strata/sdk/decoder"
+import (
+	"github.com/strata-llm/strata/sdk"
+	"github.com/strata-llm/strata/sdk/decoder"
+)
 
 // plugin is Llama: the common decoder with optional attention and MLP
 // biases (tied embeddings, GQA, head_dim and rope are common config).
 var plugin = decoder.Plugin{Name: "llama", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "llama", HFArchitectures: []string{"LlamaForCausalLM"}, Name: "Llama", Load: load,
+	Targets: []string{sdk.TargetORT},
 	// LlamaConfig's other defaults are the common decoder's.
 	Defaults: map[string]any{"max_position_embeddings": 2048},
 }}}

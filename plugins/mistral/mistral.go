@@ -16,6 +16,7 @@ func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "mistral", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "mistral", HFArchitectures: []string{"MistralForCausalLM"}, Name: "Mistral", Load: load,
+	Targets: []string{sdk.TargetORT},
 	// MistralConfig's: null num_key_value_heads is still the heads, null
 	// sliding_window full attention.
 	Defaults: map[string]any{"num_key_value_heads": 8, "sliding_window": 4096, "max_position_embeddings": 4096 * 32},

@@ -17,6 +17,7 @@ func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "olmo2", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "olmo2", HFArchitectures: []string{"Olmo2ForCausalLM"}, Name: "Olmo2", Load: load,
+	Targets:  []string{sdk.TargetORT},
 	Defaults: map[string]any{"rms_norm_eps": 1e-5, "max_position_embeddings": 2048}, // Olmo2Config's
 }}}
 

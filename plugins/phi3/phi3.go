@@ -20,6 +20,7 @@ func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "phi3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "phi3", HFArchitectures: []string{"Phi3ForCausalLM"}, Name: "Phi3", Load: load,
+	Targets: []string{sdk.TargetORT},
 	// Phi3Config's: original_max_position_embeddings is top-level, and
 	// transformers gives it priority over the rope parameters' own.
 	Defaults: map[string]any{"rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096},

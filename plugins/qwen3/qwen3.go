@@ -15,6 +15,7 @@ func Plugin() sdk.Architecture { return plugin }
 
 var plugin = decoder.Plugin{Name: "qwen3", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3", HFArchitectures: []string{"Qwen3ForCausalLM"}, Name: "Qwen3", Load: load,
+	Targets: []string{sdk.TargetORT},
 	// Qwen3Config's, where they differ from the common decoder's: KV heads
 	// and head_dim fixed, not derived from the heads.
 	Defaults: map[string]any{"num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768},

@@ -3,6 +3,7 @@ package qwen3moe
 import (
 	"fmt"
 
+	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -19,6 +20,7 @@ var plugin = decoder.Plugin{Name: "qwen3moe", Version: "0.1.0", Architectures: [
 	ModelType: "qwen3_moe", HFArchitectures: []string{"Qwen3MoeForCausalLM"}, Name: "Qwen3Moe",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"}},
 	Options:      []*pb.PluginOption{decoder.MoEStrategyOption()},
+	Targets:      []string{sdk.TargetORT},                                                    // the experts in the --moe-strategy form (decoder.qwenMoEBlock)
 	Defaults:     map[string]any{"num_key_value_heads": 4, "max_position_embeddings": 32768}, // Qwen3MoeConfig's
 	Load:         load,
 }}}

@@ -62,6 +62,10 @@ type AttentionContext struct {
 	Cos, Sin             fn.Value // [B,1,S,rotary dim]
 	Mask                 fn.Value // [B,1,S,C] bool, true = masked
 	ReadIndices, Invalid fn.Value // see CacheReadIndices
+	// ORT holds, for ONNX Runtime's form, what GroupQueryAttention reads
+	// instead of the above but PastKey and PastValue; its SeqlensK set
+	// selects that form (Attention.Apply).
+	ORT ORTContext
 }
 
 // Attention is grouped-query self-attention over the retained KV cache.
@@ -87,6 +91,10 @@ type Attention struct {
 	// SoftCap·tanh(scores/SoftCap), in the compute dtype (transformers'
 	// Gemma-2 eager attention, attn_logit_softcapping).
 	SoftCap float64
+	// LocalWindow, when not 0, is a sliding window of that many keys
+	// (transformers' sliding_window) in ONNX Runtime's form, where
+	// GroupQueryAttention masks it (local_window_size).
+	LocalWindow int
 	// Gate, when its weight is set, gates the heads' output before O:
 	// ctx·sigmoid(Gate(x)) (Qwen3-Next, Qwen3.5).
 	Gate Linear
@@ -96,6 +104,9 @@ type Attention struct {
 // step's keys and values into the cache. It returns the output [B,S,H] and
 // the updated caches.
 func (a Attention) Apply(f *fn.Func, x fn.Value, c AttentionContext) (out, presentKey, presentValue fn.Value) {
+	if c.ORT.SeqlensK != "" {
+		return a.applyGQA(f, x, c)
+	}
 	q := a.heads(f.Scope("q_proj"), a.Q, x, a.Heads, a.QNorm)
 	k := a.heads(f.Scope("k_proj"), a.K, x, a.KVHeads, a.KNorm)
 	v := a.heads(f.Scope("v_proj"), a.V, x, a.KVHeads, "")

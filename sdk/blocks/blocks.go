@@ -12,10 +12,15 @@ import (
 // optional bias [out] ("" for none).
 type Linear struct {
 	Weight, Bias fn.Value
+	// ORT computes it as ONNX Runtime's FusedMatMul (--target ort).
+	ORT bool
 }
 
 // Apply computes x·Wᵀ + b. The transpose is of a weight, so compilers fold it.
 func (l Linear) Apply(f *fn.Func, x fn.Value) fn.Value {
+	if l.ORT {
+		return l.applyORT(f, x)
+	}
 	// Gemm with transB over the rows of x: the weight is used as stored,
 	// [out, in], so ONNX Runtime pre-packs it without folding a
 	// transposed copy at every session creation.
@@ -62,12 +67,18 @@ func RMSNormOnePlus(f *fn.Func, x, weight fn.Value, eps float64) fn.Value {
 type Norm struct {
 	Eps     float64
 	OnePlus bool
+	// ORT computes it as ONNX Runtime's SimplifiedLayerNormalization
+	// (--target ort; not with OnePlus, which that form refuses).
+	ORT bool
 }
 
 // Apply norms x by weight: RMSNorm, or RMSNormOnePlus with OnePlus.
 func (n Norm) Apply(f *fn.Func, x, weight fn.Value) fn.Value {
-	if n.OnePlus {
+	switch {
+	case n.OnePlus:
 		return RMSNormOnePlus(f, x, weight, n.Eps)
+	case n.ORT:
+		return SimplifiedRMSNorm(f, x, weight, n.Eps)
 	}
 	return RMSNorm(f, x, weight, n.Eps)
 }

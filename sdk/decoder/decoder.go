@@ -44,7 +44,11 @@ type Architecture struct {
 	// Capabilities as declared in Describe; nil means layerwise export is
 	// supported and nothing else is claimed.
 	Capabilities *pb.Capabilities
-	Options      []*pb.PluginOption
+	// Targets are the export targets beyond the default it builds
+	// (sdk.TargetORT: its layers map onto ONNX Runtime's form, ort.go),
+	// declared in Describe's capabilities.
+	Targets []string
+	Options []*pb.PluginOption
 	// ConfigObject, when set, is the nested config.json object holding the
 	// language model's fields (e.g. text_config).
 	ConfigObject string
@@ -101,10 +105,12 @@ func (p Plugin) Describe(context.Context) (*pb.DescribeResponse, error) {
 }
 
 func (a Architecture) capabilities() *pb.Capabilities {
-	if a.Capabilities == nil {
-		return &pb.Capabilities{Layerwise: true}
+	c := &pb.Capabilities{Layerwise: true}
+	if a.Capabilities != nil {
+		c = proto.Clone(a.Capabilities).(*pb.Capabilities)
 	}
-	return a.Capabilities
+	c.Targets = append(c.Targets, a.Targets...)
+	return c
 }
 
 // Check loads the model (config and every declared tensor); an error is
@@ -151,6 +157,9 @@ func (p Plugin) Plan(_ context.Context, req *pb.PlanRequest) (*pb.PlanResponse, 
 	for i := range m.Layers {
 		plan.Layers = append(plan.Layers, &pb.Layer{Index: int32(i), Kind: m.kindOf(i).Name})
 	}
+	if m.ORT() {
+		m.ortPlan(plan)
+	}
 	return plan, nil
 }
 
@@ -170,6 +179,9 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 	case sdk.PartEmbed:
 		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt), m.EmbedScale), nil
 	case sdk.PartContext:
+		if m.ORT() {
+			return ortContextPart(domain, a.Name+"Context", dt, m.RoPE), nil
+		}
 		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions(), m.slotsCache()), nil
 	case sdk.PartLayer:
 		k, ok := m.kind(req.GetKind())
@@ -178,6 +190,9 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		}
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
+		if m.ORT() {
+			return ortFinalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight()), nil
+		}
 		return finalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
 	case sdk.PartModel:
 		build, ok := m.modelBuilders[req.GetModelName()]
@@ -314,6 +329,11 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	}
 	if err := m.checkPositionRank(); err != nil {
 		return nil, err
+	}
+	if m.ORT() {
+		if err := m.checkORT(); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }

@@ -35,6 +35,10 @@ type declaredWeight struct {
 
 func newLayer(m *Model, k *Kind, f *fn.Func) *Layer {
 	l := &Layer{Func: f, Model: m, Kind: k}
+	if m.ORT() {
+		l.Hidden, l.Attn = ortLayerInputs(f)
+		return l
+	}
 	l.Hidden, l.Attn, l.States = layerInputs(f, m.Export, m.positionRank(), k.caches(m), m.slotsCache())
 	return l
 }
@@ -55,7 +59,7 @@ func (l *Layer) Computed(name string, bind func(layer int32) weight.Expr) fn.Val
 // Linear declares an nn.Linear called name: weight [out, in], and bias
 // [out] when bias is set.
 func (l *Layer) Linear(name string, out, in int, bias bool) blocks.Linear {
-	lin := blocks.Linear{Weight: l.Weight(name+".weight", int64(out), int64(in))}
+	lin := blocks.Linear{Weight: l.Weight(name+".weight", int64(out), int64(in)), ORT: l.Model.ORT()}
 	if bias {
 		lin.Bias = l.Weight(name+".bias", int64(out))
 	}
@@ -78,6 +82,7 @@ func (l *Layer) FusedLinears(fused string, names []string, outs []int, in int, b
 	start := int64(0)
 	for i, name := range names {
 		lo, hi := start, start+int64(outs[i])
+		lins[i].ORT = l.Model.ORT()
 		lins[i].Weight = l.Computed(name+".weight", func(layer int32) weight.Expr {
 			return weight.Slice(weight.Tensor(l.Model.LayerKey(layer, fused+".weight"), total, int64(in)), 0, lo, hi, 1)
 		})
@@ -169,6 +174,11 @@ type Mixer interface {
 func (l *Layer) MixerResidual(mix Mixer, mixNorms Norms, mlp Block, mlpNorms Norms) error {
 	mixW := mixNorms.declare(l, func() { mix.Declare(l) })
 	mlpW := mlpNorms.declare(l, func() { mlp.Declare(l) })
+	if l.Model.ORT() { // after Declare: the blocks know their settings
+		if why := ortUnmapped(l, mix, mlp); why != "" {
+			return fmt.Errorf("--target ort: layer kind %s does not map onto ONNX Runtime's decoder form: %s; export it without --target ort", l.Kind.Name, why)
+		}
+	}
 
 	var caches []fn.Value
 	hidden, err := mixNorms.apply(l, mixW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {
@@ -286,7 +296,11 @@ func (a *Attention) Declare(l *Layer) {
 	if a.Sinks {
 		a.block.Sinks = l.Weight("self_attn.sinks", int64(m.Heads))
 	}
-	if a.Mask != "" && a.Mask != CtxMask {
+	switch {
+	case a.Mask == "" || a.Mask == CtxMask:
+	case m.ORT(): // a sliding window is GQA's local_window_size; ORTUnmapped refuses other masks
+		a.block.LocalWindow = m.contextWindow(a.Mask)
+	default:
 		l.Attn.Mask = l.Context(a.Mask)
 	}
 	if a.RoPE != "" {

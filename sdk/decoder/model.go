@@ -85,6 +85,8 @@ type Model struct {
 	notes         []string
 	storedAt      map[int32]string // StoreLayer
 	sideKinds     []*Kind          // SideKind
+	// ortContextLength is max_position_embeddings, read for --target ort.
+	ortContextLength int64
 }
 
 // Kind is a kind of decoder layer: one ONNX function, one body.
@@ -170,7 +172,9 @@ func (m *Model) slotsCache() string {
 	return m.SlotsCache
 }
 
-func (m *Model) norm() blocks.Norm { return blocks.Norm{Eps: m.Eps, OnePlus: m.NormOnePlus} }
+func (m *Model) norm() blocks.Norm {
+	return blocks.Norm{Eps: m.Eps, OnePlus: m.NormOnePlus, ORT: m.ORT()}
+}
 
 // AddModel declares a separate model the plugin builds (part "model"):
 // build gets a function named <Name><Spec.Name> and returns it with its

@@ -86,6 +86,12 @@ func (b *qwenMoEBlock) Declare(l *Layer) {
 	b.run.Gate, b.run.Up, b.run.Down = b.experts(l)
 }
 
+// ORTUnmapped: in ONNX Runtime's form the experts run as the strategy
+// says (gather by default: standard ops, the top-k experts' weights
+// gathered per token), beside GroupQueryAttention. ONNX Runtime's MoE
+// contrib op is the faster form still to add here.
+func (b *qwenMoEBlock) ORTUnmapped(*Layer) string { return "" }
+
 func (b *qwenMoEBlock) Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
 	return RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
 }

@@ -38,7 +38,11 @@ func KVCaches(opts *pb.ExportOptions, kvHeads, headDim int) []*pb.CacheSpec {
 	if opts.GetContinuousBatching() {
 		rows = "full_batch_size"
 	}
-	shape := []*pb.Dim{DimParam(rows), DimSize(kvHeads), DimParam("ctx_len"), DimSize(headDim)}
+	length := "ctx_len"
+	if opts.GetTarget() == sdk.TargetORT { // genai's past_key_values.{i}.*: what the past holds
+		length = "past_sequence_length"
+	}
+	shape := []*pb.Dim{DimParam(rows), DimSize(kvHeads), DimParam(length), DimSize(headDim)}
 	return []*pb.CacheSpec{{Name: PastKey, Shape: shape}, {Name: PastValue, Shape: shape}}
 }
 
@@ -68,12 +72,16 @@ func (c *Context) Input(name string) fn.Value {
 type ContextValue struct {
 	Name    string
 	Compute func(c *Context) fn.Value
+	// Window, when not 0, says the value is SlidingWindow's mask of that
+	// many keys: ONNX Runtime's form (--target ort) gives the window to
+	// GroupQueryAttention (local_window_size) instead of computing it.
+	Window int
 }
 
 // SlidingWindow is a context value name's sliding-window mask: a query
 // sees itself and the window-1 keys before it.
 func SlidingWindow(name string, window int) ContextValue {
-	return ContextValue{Name: name, Compute: func(c *Context) fn.Value {
+	return ContextValue{Name: name, Window: window, Compute: func(c *Context) fn.Value {
 		return blocks.SlidingWindowMask(c.Func, c.PositionIDs, c.Slots, window)
 	}}
 }

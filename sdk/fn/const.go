@@ -19,6 +19,7 @@ const (
 	Float32 = onnxpb.TensorProto_FLOAT
 	Float16 = onnxpb.TensorProto_FLOAT16
 	Int64   = onnxpb.TensorProto_INT64
+	Int32   = onnxpb.TensorProto_INT32
 	Bool    = onnxpb.TensorProto_BOOL
 )
 

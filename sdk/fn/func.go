@@ -115,6 +115,10 @@ func (f *Func) Use(fn *onnxpb.FunctionProto) {
 	f.opsets[fn.Domain] = 1
 }
 
+// Import imports an operator domain at version, for ops of that domain the
+// body adds with OpN (ONNX Runtime's com.microsoft contrib ops).
+func (f *Func) Import(domain string, version int64) { f.opsets[domain] = version }
+
 // Proto finishes the function: opset imports are sorted so the result is
 // byte-identical on every build.
 func (f *Func) Proto() *onnxpb.FunctionProto {

@@ -313,7 +313,12 @@ type Capabilities struct {
 	// Separate models the plugin can build beside model.onnx (e.g. "vision",
 	// "mtp"), each described in the plan's models; the host exports them with
 	// --model NAME.
-	Models        []string `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	Models []string `protobuf:"bytes,7,rep,name=models,proto3" json:"models,omitempty"`
+	// Export targets beyond the default (the Qualcomm/QEfficient form) the
+	// plugin builds for this architecture: "ort" (ONNX Runtime's contrib ops
+	// and onnxruntime-genai's decoder IO). The host refuses --target NAME for
+	// a plugin that does not declare it.
+	Targets       []string `protobuf:"bytes,8,rep,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +398,13 @@ func (x *Capabilities) GetVision() bool {
 func (x *Capabilities) GetModels() []string {
 	if x != nil {
 		return x.Models
+	}
+	return nil
+}
+
+func (x *Capabilities) GetTargets() []string {
+	if x != nil {
+		return x.Targets
 	}
 	return nil
 }
@@ -652,6 +664,12 @@ type ExportOptions struct {
 	// Options only some plugins understand (e.g. moe_strategy: gather|dense).
 	// A plugin refuses a key it does not know.
 	PluginOptions map[string]string `protobuf:"bytes,4,rep,name=plugin_options,json=pluginOptions,proto3" json:"plugin_options,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The form of the graph: "" (the default: the Qualcomm/QEfficient form,
+	// position_ids and CtxScatter/CtxGather caches) or "ort" (ONNX Runtime's
+	// contrib ops, GroupQueryAttention over past_key_values.{i}.key/value,
+	// attention_mask; logits at every position). Sent only to a plugin whose
+	// capabilities list the target.
+	Target        string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +730,13 @@ func (x *ExportOptions) GetPluginOptions() map[string]string {
 		return x.PluginOptions
 	}
 	return nil
+}
+
+func (x *ExportOptions) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
 }
 
 type PlanRequest struct {
@@ -804,7 +829,10 @@ type PlanResponse struct {
 	// Every part whose function declares a formal input of that name is
 	// passed it. A host that predates the field declares none of them, and
 	// parts that read them fail to assemble.
-	ExtraInputs   []*IOSpec `protobuf:"bytes,13,rep,name=extra_inputs,json=extraInputs,proto3" json:"extra_inputs,omitempty"`
+	ExtraInputs []*IOSpec `protobuf:"bytes,13,rep,name=extra_inputs,json=extraInputs,proto3" json:"extra_inputs,omitempty"`
+	// With target "ort": what onnxruntime-genai's genai_config.json says of
+	// the decoder, which the graph's IO does not tell.
+	OrtDecoder    *OrtDecoder `protobuf:"bytes,14,opt,name=ort_decoder,json=ortDecoder,proto3" json:"ort_decoder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -930,6 +958,91 @@ func (x *PlanResponse) GetExtraInputs() []*IOSpec {
 	return nil
 }
 
+func (x *PlanResponse) GetOrtDecoder() *OrtDecoder {
+	if x != nil {
+		return x.OrtDecoder
+	}
+	return nil
+}
+
+// The decoder's sizes as onnxruntime-genai's genai_config.json names them.
+type OrtDecoder struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	NumAttentionHeads int32                  `protobuf:"varint,1,opt,name=num_attention_heads,json=numAttentionHeads,proto3" json:"num_attention_heads,omitempty"`
+	NumKeyValueHeads  int32                  `protobuf:"varint,2,opt,name=num_key_value_heads,json=numKeyValueHeads,proto3" json:"num_key_value_heads,omitempty"`
+	HeadSize          int32                  `protobuf:"varint,3,opt,name=head_size,json=headSize,proto3" json:"head_size,omitempty"`
+	HiddenSize        int32                  `protobuf:"varint,4,opt,name=hidden_size,json=hiddenSize,proto3" json:"hidden_size,omitempty"`
+	// max_position_embeddings: genai's context_length and search max_length.
+	ContextLength int64 `protobuf:"varint,5,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrtDecoder) Reset() {
+	*x = OrtDecoder{}
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrtDecoder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrtDecoder) ProtoMessage() {}
+
+func (x *OrtDecoder) ProtoReflect() protoreflect.Message {
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrtDecoder.ProtoReflect.Descriptor instead.
+func (*OrtDecoder) Descriptor() ([]byte, []int) {
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OrtDecoder) GetNumAttentionHeads() int32 {
+	if x != nil {
+		return x.NumAttentionHeads
+	}
+	return 0
+}
+
+func (x *OrtDecoder) GetNumKeyValueHeads() int32 {
+	if x != nil {
+		return x.NumKeyValueHeads
+	}
+	return 0
+}
+
+func (x *OrtDecoder) GetHeadSize() int32 {
+	if x != nil {
+		return x.HeadSize
+	}
+	return 0
+}
+
+func (x *OrtDecoder) GetHiddenSize() int32 {
+	if x != nil {
+		return x.HiddenSize
+	}
+	return 0
+}
+
+func (x *OrtDecoder) GetContextLength() int64 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
 // A graph input or output: name, element type and shape.
 type IOSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -948,7 +1061,7 @@ type IOSpec struct {
 
 func (x *IOSpec) Reset() {
 	*x = IOSpec{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1073,7 @@ func (x *IOSpec) String() string {
 func (*IOSpec) ProtoMessage() {}
 
 func (x *IOSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[12]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1086,7 @@ func (x *IOSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IOSpec.ProtoReflect.Descriptor instead.
 func (*IOSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IOSpec) GetName() string {
@@ -1020,7 +1133,7 @@ type MTPLayout struct {
 
 func (x *MTPLayout) Reset() {
 	*x = MTPLayout{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1145,7 @@ func (x *MTPLayout) String() string {
 func (*MTPLayout) ProtoMessage() {}
 
 func (x *MTPLayout) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[13]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1158,7 @@ func (x *MTPLayout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MTPLayout.ProtoReflect.Descriptor instead.
 func (*MTPLayout) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MTPLayout) GetConvention() string {
@@ -1088,7 +1201,7 @@ type ModelSpec struct {
 
 func (x *ModelSpec) Reset() {
 	*x = ModelSpec{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1213,7 @@ func (x *ModelSpec) String() string {
 func (*ModelSpec) ProtoMessage() {}
 
 func (x *ModelSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[14]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1226,7 @@ func (x *ModelSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
 func (*ModelSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModelSpec) GetName() string {
@@ -1161,7 +1274,7 @@ type Layer struct {
 
 func (x *Layer) Reset() {
 	*x = Layer{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1286,7 @@ func (x *Layer) String() string {
 func (*Layer) ProtoMessage() {}
 
 func (x *Layer) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[15]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1299,7 @@ func (x *Layer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Layer.ProtoReflect.Descriptor instead.
 func (*Layer) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Layer) GetIndex() int32 {
@@ -1215,7 +1328,7 @@ type LayerKind struct {
 
 func (x *LayerKind) Reset() {
 	*x = LayerKind{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1340,7 @@ func (x *LayerKind) String() string {
 func (*LayerKind) ProtoMessage() {}
 
 func (x *LayerKind) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[16]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1353,7 @@ func (x *LayerKind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerKind.ProtoReflect.Descriptor instead.
 func (*LayerKind) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LayerKind) GetName() string {
@@ -1267,7 +1380,7 @@ type CacheSpec struct {
 
 func (x *CacheSpec) Reset() {
 	*x = CacheSpec{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1392,7 @@ func (x *CacheSpec) String() string {
 func (*CacheSpec) ProtoMessage() {}
 
 func (x *CacheSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[17]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1405,7 @@ func (x *CacheSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheSpec.ProtoReflect.Descriptor instead.
 func (*CacheSpec) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CacheSpec) GetName() string {
@@ -1322,7 +1435,7 @@ type Dim struct {
 
 func (x *Dim) Reset() {
 	*x = Dim{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1447,7 @@ func (x *Dim) String() string {
 func (*Dim) ProtoMessage() {}
 
 func (x *Dim) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[18]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1460,7 @@ func (x *Dim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Dim.ProtoReflect.Descriptor instead.
 func (*Dim) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Dim) GetValue() isDim_Value {
@@ -1420,7 +1533,7 @@ type BuildRequest struct {
 
 func (x *BuildRequest) Reset() {
 	*x = BuildRequest{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1545,7 @@ func (x *BuildRequest) String() string {
 func (*BuildRequest) ProtoMessage() {}
 
 func (x *BuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[19]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1558,7 @@ func (x *BuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildRequest.ProtoReflect.Descriptor instead.
 func (*BuildRequest) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BuildRequest) GetModel() *Model {
@@ -1503,7 +1616,7 @@ type BuildResponse struct {
 
 func (x *BuildResponse) Reset() {
 	*x = BuildResponse{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1628,7 @@ func (x *BuildResponse) String() string {
 func (*BuildResponse) ProtoMessage() {}
 
 func (x *BuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[20]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1641,7 @@ func (x *BuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildResponse.ProtoReflect.Descriptor instead.
 func (*BuildResponse) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BuildResponse) GetFunction() *onnx.FunctionProto {
@@ -1562,7 +1675,7 @@ type LayerWeights struct {
 
 func (x *LayerWeights) Reset() {
 	*x = LayerWeights{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1687,7 @@ func (x *LayerWeights) String() string {
 func (*LayerWeights) ProtoMessage() {}
 
 func (x *LayerWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[21]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1700,7 @@ func (x *LayerWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayerWeights.ProtoReflect.Descriptor instead.
 func (*LayerWeights) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LayerWeights) GetLayer() int32 {
@@ -1622,7 +1735,7 @@ type WeightBinding struct {
 
 func (x *WeightBinding) Reset() {
 	*x = WeightBinding{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1747,7 @@ func (x *WeightBinding) String() string {
 func (*WeightBinding) ProtoMessage() {}
 
 func (x *WeightBinding) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[22]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1760,7 @@ func (x *WeightBinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightBinding.ProtoReflect.Descriptor instead.
 func (*WeightBinding) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WeightBinding) GetInput() string {
@@ -1716,7 +1829,7 @@ type Weight struct {
 
 func (x *Weight) Reset() {
 	*x = Weight{}
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1841,7 @@ func (x *Weight) String() string {
 func (*Weight) ProtoMessage() {}
 
 func (x *Weight) ProtoReflect() protoreflect.Message {
-	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[23]
+	mi := &file_sdk_proto_pluginv1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1854,7 @@ func (x *Weight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Weight.ProtoReflect.Descriptor instead.
 func (*Weight) Descriptor() ([]byte, []int) {
-	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Weight) GetKey() string {
@@ -1831,7 +1944,7 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rdefault_value\x18\x02 \x01(\tR\fdefaultValue\x12%\n" +
 	"\x0eallowed_values\x18\x03 \x03(\tR\rallowedValues\x12\x12\n" +
-	"\x04help\x18\x04 \x01(\tR\x04help\"\x84\x02\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\"\x9e\x02\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\tlayerwise\x18\x01 \x01(\bR\tlayerwise\x12)\n" +
 	"\x10layerwise_reason\x18\x02 \x01(\tR\x0flayerwiseReason\x12'\n" +
@@ -1839,7 +1952,8 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x0eexpert_layouts\x18\x04 \x03(\tR\rexpertLayouts\x12+\n" +
 	"\x11quantized_formats\x18\x05 \x03(\tR\x10quantizedFormats\x12\x16\n" +
 	"\x06vision\x18\x06 \x01(\bR\x06vision\x12\x16\n" +
-	"\x06models\x18\a \x03(\tR\x06models\"p\n" +
+	"\x06models\x18\a \x03(\tR\x06models\x12\x18\n" +
+	"\atargets\x18\b \x03(\tR\atargets\"p\n" +
 	"\x05Model\x12\x1f\n" +
 	"\vconfig_json\x18\x01 \x01(\fR\n" +
 	"configJson\x126\n" +
@@ -1856,18 +1970,19 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rCheckResponse\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12/\n" +
 	"\x13layerwise_supported\x18\x02 \x01(\bR\x12layerwiseSupported\x12\x18\n" +
-	"\areasons\x18\x03 \x03(\tR\areasons\"\x94\x02\n" +
+	"\areasons\x18\x03 \x03(\tR\areasons\"\xac\x02\n" +
 	"\rExportOptions\x12#\n" +
 	"\rcompute_dtype\x18\x01 \x01(\tR\fcomputeDtype\x12/\n" +
 	"\x13continuous_batching\x18\x02 \x01(\bR\x12continuousBatching\x12\x10\n" +
 	"\x03ccl\x18\x03 \x01(\bR\x03ccl\x12Y\n" +
-	"\x0eplugin_options\x18\x04 \x03(\v22.strata.plugin.v1.ExportOptions.PluginOptionsEntryR\rpluginOptions\x1a@\n" +
+	"\x0eplugin_options\x18\x04 \x03(\v22.strata.plugin.v1.ExportOptions.PluginOptionsEntryR\rpluginOptions\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x1a@\n" +
 	"\x12PluginOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\vPlanRequest\x12-\n" +
 	"\x05model\x18\x01 \x01(\v2\x17.strata.plugin.v1.ModelR\x05model\x129\n" +
-	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\xd0\x04\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1f.strata.plugin.v1.ExportOptionsR\aoptions\"\x8f\x05\n" +
 	"\fPlanResponse\x12\x1d\n" +
 	"\n" +
 	"model_type\x18\x01 \x01(\tR\tmodelType\x12/\n" +
@@ -1885,7 +2000,17 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	" \x01(\v2\x1b.strata.plugin.v1.MTPLayoutR\x03mtp\x123\n" +
 	"\x06models\x18\v \x03(\v2\x1b.strata.plugin.v1.ModelSpecR\x06models\x12#\n" +
 	"\rposition_rows\x18\f \x01(\x05R\fpositionRows\x12;\n" +
-	"\fextra_inputs\x18\r \x03(\v2\x18.strata.plugin.v1.IOSpecR\vextraInputs\"\x80\x01\n" +
+	"\fextra_inputs\x18\r \x03(\v2\x18.strata.plugin.v1.IOSpecR\vextraInputs\x12=\n" +
+	"\vort_decoder\x18\x0e \x01(\v2\x1c.strata.plugin.v1.OrtDecoderR\n" +
+	"ortDecoder\"\xd0\x01\n" +
+	"\n" +
+	"OrtDecoder\x12.\n" +
+	"\x13num_attention_heads\x18\x01 \x01(\x05R\x11numAttentionHeads\x12-\n" +
+	"\x13num_key_value_heads\x18\x02 \x01(\x05R\x10numKeyValueHeads\x12\x1b\n" +
+	"\thead_size\x18\x03 \x01(\x05R\bheadSize\x12\x1f\n" +
+	"\vhidden_size\x18\x04 \x01(\x05R\n" +
+	"hiddenSize\x12%\n" +
+	"\x0econtext_length\x18\x05 \x01(\x03R\rcontextLength\"\x80\x01\n" +
 	"\x06IOSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12+\n" +
@@ -1966,7 +2091,7 @@ func file_sdk_proto_pluginv1_plugin_proto_rawDescGZIP() []byte {
 	return file_sdk_proto_pluginv1_plugin_proto_rawDescData
 }
 
-var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_sdk_proto_pluginv1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*DescribeRequest)(nil),     // 0: strata.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),    // 1: strata.plugin.v1.DescribeResponse
@@ -1980,20 +2105,21 @@ var file_sdk_proto_pluginv1_plugin_proto_goTypes = []any{
 	(*ExportOptions)(nil),       // 9: strata.plugin.v1.ExportOptions
 	(*PlanRequest)(nil),         // 10: strata.plugin.v1.PlanRequest
 	(*PlanResponse)(nil),        // 11: strata.plugin.v1.PlanResponse
-	(*IOSpec)(nil),              // 12: strata.plugin.v1.IOSpec
-	(*MTPLayout)(nil),           // 13: strata.plugin.v1.MTPLayout
-	(*ModelSpec)(nil),           // 14: strata.plugin.v1.ModelSpec
-	(*Layer)(nil),               // 15: strata.plugin.v1.Layer
-	(*LayerKind)(nil),           // 16: strata.plugin.v1.LayerKind
-	(*CacheSpec)(nil),           // 17: strata.plugin.v1.CacheSpec
-	(*Dim)(nil),                 // 18: strata.plugin.v1.Dim
-	(*BuildRequest)(nil),        // 19: strata.plugin.v1.BuildRequest
-	(*BuildResponse)(nil),       // 20: strata.plugin.v1.BuildResponse
-	(*LayerWeights)(nil),        // 21: strata.plugin.v1.LayerWeights
-	(*WeightBinding)(nil),       // 22: strata.plugin.v1.WeightBinding
-	(*Weight)(nil),              // 23: strata.plugin.v1.Weight
-	nil,                         // 24: strata.plugin.v1.ExportOptions.PluginOptionsEntry
-	(*onnx.FunctionProto)(nil),  // 25: strata.onnx.FunctionProto
+	(*OrtDecoder)(nil),          // 12: strata.plugin.v1.OrtDecoder
+	(*IOSpec)(nil),              // 13: strata.plugin.v1.IOSpec
+	(*MTPLayout)(nil),           // 14: strata.plugin.v1.MTPLayout
+	(*ModelSpec)(nil),           // 15: strata.plugin.v1.ModelSpec
+	(*Layer)(nil),               // 16: strata.plugin.v1.Layer
+	(*LayerKind)(nil),           // 17: strata.plugin.v1.LayerKind
+	(*CacheSpec)(nil),           // 18: strata.plugin.v1.CacheSpec
+	(*Dim)(nil),                 // 19: strata.plugin.v1.Dim
+	(*BuildRequest)(nil),        // 20: strata.plugin.v1.BuildRequest
+	(*BuildResponse)(nil),       // 21: strata.plugin.v1.BuildResponse
+	(*LayerWeights)(nil),        // 22: strata.plugin.v1.LayerWeights
+	(*WeightBinding)(nil),       // 23: strata.plugin.v1.WeightBinding
+	(*Weight)(nil),              // 24: strata.plugin.v1.Weight
+	nil,                         // 25: strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	(*onnx.FunctionProto)(nil),  // 26: strata.onnx.FunctionProto
 }
 var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	2,  // 0: strata.plugin.v1.DescribeResponse.architectures:type_name -> strata.plugin.v1.ArchitectureSupport
@@ -2001,41 +2127,42 @@ var file_sdk_proto_pluginv1_plugin_proto_depIdxs = []int32{
 	3,  // 2: strata.plugin.v1.ArchitectureSupport.options:type_name -> strata.plugin.v1.PluginOption
 	6,  // 3: strata.plugin.v1.Model.tensors:type_name -> strata.plugin.v1.TensorInfo
 	5,  // 4: strata.plugin.v1.CheckRequest.model:type_name -> strata.plugin.v1.Model
-	24, // 5: strata.plugin.v1.ExportOptions.plugin_options:type_name -> strata.plugin.v1.ExportOptions.PluginOptionsEntry
+	25, // 5: strata.plugin.v1.ExportOptions.plugin_options:type_name -> strata.plugin.v1.ExportOptions.PluginOptionsEntry
 	5,  // 6: strata.plugin.v1.PlanRequest.model:type_name -> strata.plugin.v1.Model
 	9,  // 7: strata.plugin.v1.PlanRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	15, // 8: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
-	16, // 9: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
-	12, // 10: strata.plugin.v1.PlanResponse.extra_outputs:type_name -> strata.plugin.v1.IOSpec
-	13, // 11: strata.plugin.v1.PlanResponse.mtp:type_name -> strata.plugin.v1.MTPLayout
-	14, // 12: strata.plugin.v1.PlanResponse.models:type_name -> strata.plugin.v1.ModelSpec
-	12, // 13: strata.plugin.v1.PlanResponse.extra_inputs:type_name -> strata.plugin.v1.IOSpec
-	18, // 14: strata.plugin.v1.IOSpec.shape:type_name -> strata.plugin.v1.Dim
-	12, // 15: strata.plugin.v1.ModelSpec.inputs:type_name -> strata.plugin.v1.IOSpec
-	12, // 16: strata.plugin.v1.ModelSpec.outputs:type_name -> strata.plugin.v1.IOSpec
-	17, // 17: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
-	18, // 18: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
-	5,  // 19: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
-	9,  // 20: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
-	25, // 21: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
-	25, // 22: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
-	21, // 23: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
-	22, // 24: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
-	23, // 25: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
-	23, // 26: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
-	0,  // 27: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
-	7,  // 28: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
-	10, // 29: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
-	19, // 30: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
-	1,  // 31: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
-	8,  // 32: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
-	11, // 33: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
-	20, // 34: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	16, // 8: strata.plugin.v1.PlanResponse.layers:type_name -> strata.plugin.v1.Layer
+	17, // 9: strata.plugin.v1.PlanResponse.kinds:type_name -> strata.plugin.v1.LayerKind
+	13, // 10: strata.plugin.v1.PlanResponse.extra_outputs:type_name -> strata.plugin.v1.IOSpec
+	14, // 11: strata.plugin.v1.PlanResponse.mtp:type_name -> strata.plugin.v1.MTPLayout
+	15, // 12: strata.plugin.v1.PlanResponse.models:type_name -> strata.plugin.v1.ModelSpec
+	13, // 13: strata.plugin.v1.PlanResponse.extra_inputs:type_name -> strata.plugin.v1.IOSpec
+	12, // 14: strata.plugin.v1.PlanResponse.ort_decoder:type_name -> strata.plugin.v1.OrtDecoder
+	19, // 15: strata.plugin.v1.IOSpec.shape:type_name -> strata.plugin.v1.Dim
+	13, // 16: strata.plugin.v1.ModelSpec.inputs:type_name -> strata.plugin.v1.IOSpec
+	13, // 17: strata.plugin.v1.ModelSpec.outputs:type_name -> strata.plugin.v1.IOSpec
+	18, // 18: strata.plugin.v1.LayerKind.caches:type_name -> strata.plugin.v1.CacheSpec
+	19, // 19: strata.plugin.v1.CacheSpec.shape:type_name -> strata.plugin.v1.Dim
+	5,  // 20: strata.plugin.v1.BuildRequest.model:type_name -> strata.plugin.v1.Model
+	9,  // 21: strata.plugin.v1.BuildRequest.options:type_name -> strata.plugin.v1.ExportOptions
+	26, // 22: strata.plugin.v1.BuildResponse.function:type_name -> strata.onnx.FunctionProto
+	26, // 23: strata.plugin.v1.BuildResponse.dependencies:type_name -> strata.onnx.FunctionProto
+	22, // 24: strata.plugin.v1.BuildResponse.weights:type_name -> strata.plugin.v1.LayerWeights
+	23, // 25: strata.plugin.v1.LayerWeights.bindings:type_name -> strata.plugin.v1.WeightBinding
+	24, // 26: strata.plugin.v1.WeightBinding.weight:type_name -> strata.plugin.v1.Weight
+	24, // 27: strata.plugin.v1.Weight.args:type_name -> strata.plugin.v1.Weight
+	0,  // 28: strata.plugin.v1.Architecture.Describe:input_type -> strata.plugin.v1.DescribeRequest
+	7,  // 29: strata.plugin.v1.Architecture.Check:input_type -> strata.plugin.v1.CheckRequest
+	10, // 30: strata.plugin.v1.Architecture.Plan:input_type -> strata.plugin.v1.PlanRequest
+	20, // 31: strata.plugin.v1.Architecture.Build:input_type -> strata.plugin.v1.BuildRequest
+	1,  // 32: strata.plugin.v1.Architecture.Describe:output_type -> strata.plugin.v1.DescribeResponse
+	8,  // 33: strata.plugin.v1.Architecture.Check:output_type -> strata.plugin.v1.CheckResponse
+	11, // 34: strata.plugin.v1.Architecture.Plan:output_type -> strata.plugin.v1.PlanResponse
+	21, // 35: strata.plugin.v1.Architecture.Build:output_type -> strata.plugin.v1.BuildResponse
+	32, // [32:36] is the sub-list for method output_type
+	28, // [28:32] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sdk_proto_pluginv1_plugin_proto_init() }
@@ -2043,7 +2170,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 	if File_sdk_proto_pluginv1_plugin_proto != nil {
 		return
 	}
-	file_sdk_proto_pluginv1_plugin_proto_msgTypes[18].OneofWrappers = []any{
+	file_sdk_proto_pluginv1_plugin_proto_msgTypes[19].OneofWrappers = []any{
 		(*Dim_Size)(nil),
 		(*Dim_Param)(nil),
 	}
@@ -2053,7 +2180,7 @@ func file_sdk_proto_pluginv1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sdk_proto_pluginv1_plugin_proto_rawDesc), len(file_sdk_proto_pluginv1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

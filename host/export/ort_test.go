@@ -1,0 +1,71 @@
+package export
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
+)
+
+func TestCheckTarget(t *testing.T) {
+	for _, tc := range []struct {
+		opts Options
+		want string // the normalised target, or an error
+	}{
+		{Options{}, ""}, {Options{Target: "qaic"}, ""}, {Options{Target: "ort"}, "ort"},
+		{Options{Target: "trt"}, `unknown --target "trt"`},
+		{Options{Target: "ort", Layerwise: true}, "cannot be combined with --layerwise"},
+		{Options{Target: "ort", CCL: true}, "cannot be combined with --ccl"},
+		{Options{Target: "ort", Models: []string{"vision"}}, "cannot be combined with --extra-model"},
+	} {
+		got, err := checkTarget(tc.opts)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%+v: got %q, want %q", tc.opts, got, tc.want)
+		}
+	}
+}
+
+func TestGenAIConfig(t *testing.T) {
+	plan := &pb.PlanResponse{ModelType: "qwen3", VocabSize: 100, Layers: []*pb.Layer{{Index: 0}, {Index: 1}},
+		OrtDecoder: &pb.OrtDecoder{NumAttentionHeads: 8, NumKeyValueHeads: 2, HeadSize: 64, HiddenSize: 512, ContextLength: 4096}}
+	config := []byte(`{"eos_token_id": 7, "bos_token_id": 5}`)
+	generation := []byte(`{"eos_token_id": [9, 7], "temperature": 0.6, "do_sample": true}`)
+	data, err := genaiConfig(config, generation, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Model struct {
+			Type    string
+			BOS     int   `json:"bos_token_id"`
+			EOS     []int `json:"eos_token_id"`
+			Pad     int   `json:"pad_token_id"`
+			Context int64 `json:"context_length"`
+			Decoder map[string]any
+		}
+		Search map[string]any
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	m := got.Model
+	if m.Type != "decoder" || m.BOS != 5 || len(m.EOS) != 2 || m.EOS[0] != 9 || m.Pad != 9 || m.Context != 4096 {
+		t.Errorf("model %+v: want type decoder, bos 5, eos [9 7] from generation_config.json, pad 9, context 4096", m)
+	}
+	if m.Decoder["num_hidden_layers"] != 2.0 || m.Decoder["head_size"] != 64.0 || m.Decoder["num_key_value_heads"] != 2.0 {
+		t.Errorf("decoder %v", m.Decoder)
+	}
+	if got.Search["temperature"] != 0.6 || got.Search["do_sample"] != true || got.Search["past_present_share_buffer"] != true {
+		t.Errorf("search %v: want generation_config.json's sampling and a shared buffer", got.Search)
+	}
+	if _, err := genaiConfig([]byte(`{}`), nil, plan); err == nil || !strings.Contains(err.Error(), "eos_token_id") {
+		t.Errorf("no end token: got %v, want a refusal naming eos_token_id", err)
+	}
+	if _, err := genaiConfig(config, nil, &pb.PlanResponse{}); err == nil || !strings.Contains(err.Error(), "ort_decoder") {
+		t.Errorf("no sizes: got %v, want a refusal naming ort_decoder", err)
+	}
+}
