@@ -31,6 +31,7 @@ func TestDryRunWritesNothingAndForetellsTheRun(t *testing.T) {
 	}{
 		{name: "export", args: []string{"export", "--link", "hardlink"}, inputs: true},
 		{name: "export materialize qaic", args: []string{"export", "--link", "copy", "--weights", "materialize", "--weight-spec", "qaic"}, inputs: true},
+		{name: "export target ort", args: []string{"export", "--link", "hardlink", "--target", "ort"}, inputs: true},
 		{name: "export layerwise", args: []string{"export", "--link", "hardlink", "--layerwise", "--keep-windows"}, inputs: true, windows: []string{"0-0", "1-1"}},
 		{name: "convert", args: []string{"convert", "--dtype", "bfloat16"}},
 		{name: "convert fp8", args: []string{"convert", "--quantize", "fp8-block"}},

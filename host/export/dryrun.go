@@ -113,6 +113,15 @@ func (e *exporter) dryRun() (*Result, error) {
 	if qaic != nil {
 		planned.Files = append(planned.Files, PlannedFile{Path: weights.QAICSpecFile, Bytes: int64(len(qaic)), What: "weight_spec"})
 	}
+	for _, name := range ORTFiles() { // --target ort: genai_config.json, the tokenizer files
+		if data, ok := e.ortFiles[name]; ok {
+			what := "tokenizer"
+			if name == GenAIConfigFile {
+				what = "genai_config"
+			}
+			planned.Files = append(planned.Files, PlannedFile{Path: name, Bytes: int64(len(data)), What: what})
+		}
+	}
 	if a.table.Materializing() {
 		planned.Files = append(planned.Files, PlannedFile{Path: WeightsDir + "/", Bytes: a.table.DataBytes(), What: "weights"})
 	}
