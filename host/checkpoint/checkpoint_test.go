@@ -428,6 +428,27 @@ func TestOpenBadIndex(t *testing.T) {
 			},
 			want: []string{"DIR/" + indexFile, `empty or missing "weight_map"`},
 		},
+		"weight_map not an object": {
+			setup: func(t *testing.T, dir string) {
+				writeShard(t, filepath.Join(dir, shard1), one("a"))
+				writeFile(t, filepath.Join(dir, indexFile), []byte(`{"weight_map": ["a"]}`))
+			},
+			want: []string{"DIR/" + indexFile, `"weight_map" is array, not an object`},
+		},
+		"shard not a string": {
+			setup: func(t *testing.T, dir string) {
+				writeShard(t, filepath.Join(dir, shard1), one("a"))
+				writeFile(t, filepath.Join(dir, indexFile), []byte(`{"weight_map": {"a": 1}}`))
+			},
+			want: []string{"DIR/" + indexFile, "tensor a: the shard is number, not a file name"},
+		},
+		"trailing garbage": {
+			setup: func(t *testing.T, dir string) {
+				writeShard(t, filepath.Join(dir, shard1), one("a"))
+				writeFile(t, filepath.Join(dir, indexFile), []byte(`{"weight_map": {"a": "`+shard1+`"}} x`))
+			},
+			want: []string{"DIR/" + indexFile, "invalid JSON"},
+		},
 		"invalid index JSON": {
 			setup: func(t *testing.T, dir string) {
 				writeFile(t, filepath.Join(dir, indexFile), []byte(`{"weight_map": [`))
@@ -608,5 +629,24 @@ func TestWriterAppendsPartsReadTensorAtReadsThem(t *testing.T) {
 	}
 	if err := w.Close(); err == nil || !strings.Contains(err.Error(), "0 of 2 tensors written") {
 		t.Errorf("closed mid-tensor: %v", err)
+	}
+}
+
+// Keys and shard names with JSON escapes (encoding/json writes "<" as
+// \u003c) are read unescaped from the index, as from the headers.
+func TestOpenIndexWithEscapedNames(t *testing.T) {
+	dir := modelDir(t)
+	const key, shard = "model.x<y&z>.weight", "model-<1>.safetensors"
+	writeShard(t, filepath.Join(dir, shard), map[string]entry{key: {DType: "F32", Shape: []int64{1}, Offsets: [2]int64{0, 4}}})
+	writeIndex(t, dir, map[string]string{key: shard})
+	if data, _ := os.ReadFile(filepath.Join(dir, indexFile)); !strings.Contains(string(data), `\u003c`) {
+		t.Fatalf("the index does not escape the names: %s", data)
+	}
+	c, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tn, ok := c.Tensor(key); !ok || tn.Shard != shard {
+		t.Fatalf("tensor %s: %+v, %v", key, tn, ok)
 	}
 }
