@@ -621,7 +621,11 @@ func encode(m *onnxpb.ModelProto) ([]byte, error) {
 // parameters counts the elements of every checkpoint tensor the graph
 // reads (each source records its tensor's shape).
 func parameters(spec *weights.Spec) int64 {
-	seen := map[string]bool{}
+	sources := 0
+	for _, w := range spec.Weights {
+		sources += len(w.Sources)
+	}
+	seen := make(map[string]bool, sources) // sized once: Kimi-K2 reads 139,000
 	var n int64
 	for _, w := range spec.Weights {
 		for _, s := range w.Sources {

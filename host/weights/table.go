@@ -47,6 +47,9 @@ type Table struct {
 	weights map[string]*pending
 	order   []string                       // graph values in first-use order
 	inits   map[string]*onnxpb.TensorProto // initializers added
+	// leaves are the checkpoint tensors referenced as they are stored, by
+	// pointer: a map of their names was 5.6 MB of Kimi-K2's heap.
+	leaves  map[*checkpoint.Tensor]struct{}
 	consts  map[string]*onnxpb.TensorProto // constants of transforms added, by name
 	files   map[string]int                 // file path -> index in Files
 	byShard map[string]int                 // checkpoint shard name -> index in Files
@@ -79,7 +82,7 @@ func (w *pending) sourceKeys() []string {
 // Materialize, writing to dataPath).
 func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
 	return &Table{ckpt: ckpt, quant: q, compute: compute, mode: mode, b: b, DataPath: dataPath,
-		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, consts: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
+		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, leaves: map[*checkpoint.Tensor]struct{}{}, consts: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
 // Value returns the graph value for a weight binding, adding what it needs
@@ -263,11 +266,14 @@ func (g *tableGraph) Leaf(key string) (string, error) {
 	// The value is named by the checkpoint's own string: the nodes reading
 	// it keep the name, and key may be a copy (a scale's name made from
 	// its weight's: 4.5 MB of Kimi-K2's heap).
-	if _, done := t.inits[key]; done {
+	if _, done := t.leaves[tensor]; done {
+		return tensor.Key, nil
+	}
+	if _, done := t.inits[tensor.Key]; done { // an initializer of that name
 		return tensor.Key, nil
 	}
 	info, _ := dtype.FromSafetensors(tensor.DType)
-	t.inits[tensor.Key] = nil // added: only the name is kept
+	t.leaves[tensor] = struct{}{}
 	t.b.ReferencedExternal(tensor.Key, int32(transform.GraphType(info.ONNX)), tensor.Shape,
 		t.Files[t.checkpointFile(tensor.Shard)].Path, tensor.Offset, tensor.Length)
 	return tensor.Key, nil
