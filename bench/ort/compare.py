@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,18 +40,11 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "bench" / "torch"))
 import compare as torchbench  # noqa: E402  (run_measured, build_checkpoint; bench/torch's compare.py)
 import report  # noqa: E402  (bench/ort, the script's own directory, after bench/torch)
+import serve  # noqa: E402
 
 PROMPT = [1, 306, 4658, 278, 6593, 310, 2834, 338, 29871, 29946, 29906, 29889]
 LOAD = "import sys, onnxruntime as o; o.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])"
-# The exports compared, in table order: key, label, strata's export flags
-# (None: the builder), and the checkpoint dtypes it is measured on (None: all).
-# Materialising weights only changes a half-precision checkpoint's export: it
-# writes the float32 weights ONNX Runtime would otherwise fold at every load.
-TOOLS = report.TOOLS
-
-
-def tools_for(dtype: str):
-    return report.tools_for(dtype)
+tools_for = report.tools_for  # the exports compared, in table order
 
 
 def parse_args(argv):
@@ -121,8 +116,6 @@ def reference(model_dir: Path, spec: dict) -> dict:
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
-
-    import serve
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = np.array([[t % model.config.vocab_size for t in PROMPT]], np.int64)
@@ -224,7 +217,7 @@ def export_all(args, dtype: str, ckpt: Path, work: Path, row: dict) -> dict:
 
 def serve_spec(args, prompts: list[list[int]], out: Path) -> dict:
     cfg = genai_config(out)
-    return {"prompts": prompts, "steps": args.steps, "runs": args.runs, "threads": args.threads,
+    return {"prompts": prompts, "steps": args.steps, "runs": 1, "threads": args.threads,
             "head_dim": args.hidden // args.heads,
             "shared_buffer": bool(cfg and cfg.get("search", {}).get("past_present_share_buffer", False))}
 
@@ -235,7 +228,28 @@ def run_serve(args, kind: str, target: Path, spec: dict, work: Path, label: str)
     m = measured([sys.executable, HERE / "serve.py", kind, target, spec_path, rep_path], work, label, args.timeout)
     if m.get("exit_code", 0) != 0 or not rep_path.exists():
         return {"error": f"{kind} run failed (exit {m.get('exit_code')}): " + torchbench.tail(work / f"{label}.log", 3).strip()}
-    return {**json.loads(rep_path.read_text()), "wall_s": m["wall_s"], "peak_rss_bytes": m["peak_rss_bytes"]}
+    return {**json.loads(rep_path.read_text()), "peak_rss_bytes": m["peak_rss_bytes"]}
+
+
+def serve_all(args, dtype: str, outs: dict, prompts: list[list[int]], work: Path, row: dict) -> None:
+    """Serving and onnxruntime-genai, one process per export and run, the
+    exports in turn within each run: on a shared machine a busy minute then
+    slows one run of every export, not every run of one."""
+    got = {tool: {"serve": [], "genai": []} for tool in outs}
+    for i in range(args.runs):
+        for tool, out in outs.items():
+            got[tool]["serve"].append(run_serve(args, "ort", model_file(out), serve_spec(args, prompts, out), work, f"serve-{tool}-{dtype}-{i}"))
+            if genai_config(out) is not None:
+                gspec = {"prompt": prompts[0], "new_tokens": args.steps + 1, "runs": 1, "threads": args.threads}
+                got[tool]["genai"].append(run_serve(args, "genai", out, gspec, work, f"genai-{tool}-{dtype}-{i}"))
+    for tool, out in outs.items():
+        reps = got[tool]["serve"]
+        failed = next((r for r in reps if "error" in r), None)
+        row[tool]["serve"] = failed or {**serve.summarize_ort(reps), "peak_rss_bytes": max(r["peak_rss_bytes"] for r in reps)}
+        reps = got[tool]["genai"]
+        failed = next((r for r in reps if "error" in r), None)
+        row[tool]["genai"] = (failed or serve.summarize_genai(reps) if reps else
+                              {"unavailable": "no genai_config.json (not an onnxruntime-genai model)"})
 
 
 def prompts_for(args) -> list[list[int]]:
@@ -262,15 +276,12 @@ def one_dtype(args, dtype: str, work: Path) -> dict:
         for tool, out in outs.items():
             sessions[tool].append(measured([sys.executable, "-c", LOAD, model_file(out)], work, f"load-{tool}-{dtype}-{i}", args.timeout))
     prompts = prompts_for(args)
-    for tool, out in outs.items():
+    for tool in outs:
         row[tool]["session_s"] = median_of(sessions[tool], "wall_s")
         row[tool]["session_peak_rss_bytes"] = statistics.median(r["peak_rss_bytes"] for r in sessions[tool])
-        row[tool]["serve"] = run_serve(args, "ort", model_file(out), serve_spec(args, prompts, out), work, f"serve-{tool}-{dtype}")
-        if genai_config(out) is None:
-            row[tool]["genai"] = {"unavailable": "no genai_config.json (not an onnxruntime-genai model)"}
-        else:
-            gspec = {"prompt": prompts[0], "new_tokens": args.steps + 1, "runs": args.runs, "threads": args.threads}
-            row[tool]["genai"] = run_serve(args, "genai", out, gspec, work, f"genai-{tool}-{dtype}")
+    row["load_average_before_serving"] = os.getloadavg()
+    serve_all(args, dtype, outs, prompts, work, row)
+    row["load_average_after_serving"] = os.getloadavg()
     models = {tool: {"path": str(model_file(out)), **{k: v for k, v in serve_spec(args, [], out).items() if k in ("head_dim", "shared_buffer")}}
               for tool, out in outs.items()}
     ref_spec = work / f"reference-{dtype}.json"
@@ -296,7 +307,9 @@ def main(argv):
     res = {"machine": torchbench.machine_facts(), "runs": args.runs, "prompts": args.prompt_lengths, "steps": args.steps,
            "threads": args.threads, "ort_stand_in": args.ort_stand_in,
            "model": {k: getattr(args, k) for k in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab")}, "rows": rows}
-    args.json.write_text(json.dumps(res, indent=2) + "\n")
+    # Token lists on one line each: a list of ints per line would make the file thousands of lines.
+    args.json.write_text(re.sub(r"\[\s+(-?\d[\d,\s.e+-]*?)\s+\]", lambda m: "[" + re.sub(r"\s+", " ", m.group(1)) + "]",
+                                json.dumps(res, indent=2)) + "\n")
     print(report.tables(res))
     if args.work is None:
         subprocess.run(["rm", "-rf", str(work)])

@@ -168,6 +168,10 @@ def tables(res: dict) -> str:
                f"the {res['prompts'][0]}-token prompt, {res['steps'] + 1} new tokens, tokens/s over the whole generate loop "
                f"(prefill included), median of {res['runs']} runs after a warm-up. Session creation: default options, a fresh "
                f"process per run, peak RSS by GNU time.")
+    load = "; ".join(f"{r['dtype']} {r['load_average_before_serving'][0]:.1f} before, {r['load_average_after_serving'][0]:.1f} after"
+                     for r in res["rows"] if "load_average_before_serving" in r)
+    if load:
+        caption += f" The machine's 1-minute load average around serving (2 cores): {load}."
     lines = export_table(res, notes) + ["", caption, ""] + serve_table(res, notes)
     if notes.texts:
         lines += [""] + [f"[{i + 1}] {t}" for i, t in enumerate(notes.texts)]

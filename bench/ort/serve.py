@@ -148,30 +148,44 @@ def timed_greedy(drv: Driver, prompt: list[int], steps: int) -> dict:
 
 def serve_ort(model: Path, spec: dict) -> dict:
     """spec: prompts (lists of ids), steps, runs, threads, head_dim,
-    shared_buffer. Per prompt length: median prefill over runs, median over
-    runs of each run's median decode step, the first run's tokens, and
-    whether every run gave the same tokens."""
+    shared_buffer. Per prompt length, each run's prefill wall, median decode
+    step and tokens; summarize_ort takes the medians."""
     sess = session(model, spec["threads"])
     drv = Driver(sess, spec["head_dim"], spec.get("shared_buffer", False))
     timed_greedy(drv, spec["prompts"][0][:8], 2)  # warm-up: first-run allocations are no step's cost
     report = {"form": drv.form, "shared_buffer": drv.shared, "lengths": {}}
     for prompt in spec["prompts"]:
         runs = [timed_greedy(drv, prompt, spec["steps"]) for _ in range(spec["runs"])]
-        report["lengths"][str(len(prompt))] = {
-            "prefill_s": statistics.median(r["prefill_s"] for r in runs),
-            "decode_ms": 1e3 * statistics.median(statistics.median(r["decode_s"]) for r in runs),
-            "prefill_runs_s": [r["prefill_s"] for r in runs],
-            "decode_runs_ms": [1e3 * statistics.median(r["decode_s"]) for r in runs],
-            "tokens": runs[0]["tokens"],
-            "runs_agree": all(r["tokens"] == runs[0]["tokens"] for r in runs),
-        }
+        report["lengths"][str(len(prompt))] = {"runs": [
+            {"prefill_s": r["prefill_s"], "decode_ms": 1e3 * statistics.median(r["decode_s"]), "tokens": r["tokens"]} for r in runs]}
     return report
+
+
+def agree(runs: list[dict]) -> dict:
+    return {"tokens": runs[0]["tokens"], "runs_agree": all(r["tokens"] == runs[0]["tokens"] for r in runs)}
+
+
+def summarize_ort(reports: list[dict]) -> dict:
+    """The runs of several serve_ort reports (one process per run, run in
+    turn with the other exports') as one: per prompt length the median
+    prefill, the median over runs of each run's median decode step, the
+    first run's tokens and whether every run gave the same."""
+    out = {k: reports[0][k] for k in ("form", "shared_buffer")}
+    out["lengths"] = {}
+    for n in reports[0]["lengths"]:
+        runs = [r for rep in reports for r in rep["lengths"][n]["runs"]]
+        out["lengths"][n] = {"prefill_s": statistics.median(r["prefill_s"] for r in runs),
+                             "decode_ms": statistics.median(r["decode_ms"] for r in runs),
+                             "prefill_runs_s": [r["prefill_s"] for r in runs],
+                             "decode_runs_ms": [r["decode_ms"] for r in runs], **agree(runs)}
+    return out
 
 
 def serve_genai(model_dir: Path, spec: dict) -> dict:
     """onnxruntime-genai's greedy generation of spec["new_tokens"] tokens
-    after spec["prompt"]: tokens/s over the whole generation (prefill
-    included) and over the decode steps only, medians of spec["runs"]."""
+    after spec["prompt"], spec["runs"] times after a warm-up: each run's
+    wall over the whole generation (prefill included), over the decode
+    steps only, and its tokens."""
     import onnxruntime_genai as og
 
     config = og.Config(str(model_dir))
@@ -193,13 +207,18 @@ def serve_genai(model_dir: Path, spec: dict) -> dict:
         t2 = time.perf_counter()
         tokens = [int(t) for t in gen.get_sequence(0)][len(prompt):]
         runs.append({"total_s": t2 - t0, "decode_s": t2 - t1, "tokens": tokens})
-    runs = runs[1:]
+    return {"runs": runs[1:]}
+
+
+def summarize_genai(reports: list[dict]) -> dict:
+    """tokens/s (whole generation, and decode steps only) as medians over
+    the runs of several serve_genai reports."""
+    runs = [r for rep in reports for r in rep["runs"]]
     return {
         "tokens_per_s": statistics.median(len(r["tokens"]) / r["total_s"] for r in runs),
-        "decode_tokens_per_s": statistics.median((len(r["tokens"]) - 1) / r["decode_s"] for r in runs if len(r["tokens"]) > 1)
+        "decode_tokens_per_s": statistics.median((len(r["tokens"]) - 1) / r["decode_s"] for r in runs)
         if all(len(r["tokens"]) > 1 for r in runs) else None,
-        "tokens": runs[0]["tokens"],
-        "runs_agree": all(r["tokens"] == runs[0]["tokens"] for r in runs),
+        "tokens_per_s_runs": [len(r["tokens"]) / r["total_s"] for r in runs], **agree(runs),
     }
 
 
