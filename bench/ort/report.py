@@ -66,6 +66,7 @@ class Notes:
         self.texts: list[str] = []
 
     def mark(self, text: str) -> str:
+        text = " ".join(text.split())  # a traceback's lines would break the table
         if text not in self.texts:
             self.texts.append(text)
         return f"[{self.texts.index(text) + 1}]"
@@ -163,7 +164,8 @@ def tables(res: dict) -> str:
                f"export (caches stay OrtValues between steps: strata's default feeds its *_RetainedState back, at ctx_len = "
                f"prompt + {res['steps']}; the builder's past and present share one buffer of that length as its genai_config "
                f"says; a builder-style export without a shared buffer feeds present back as past). Prefill: the prompt's wall; "
-               f"decode: median of {res['steps']} steps after it; each the median of {res['runs']} runs, after one warm-up. "
+               f"decode: median of {res['steps']} steps after it; each the median of {res['runs']} runs, each run a process of its "
+               f"own that first runs the longest prompt once untimed. "
                f"Greedy: the prefill's token and each step's, against transformers' (float32). onnxruntime-genai: greedy, "
                f"the {res['prompts'][0]}-token prompt, {res['steps'] + 1} new tokens, tokens/s over the whole generate loop "
                f"(prefill included), median of {res['runs']} runs after a warm-up. Session creation: default options, a fresh "
