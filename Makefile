@@ -14,7 +14,7 @@ BENCHENV := .venv/bench
 BENCHORTENV := .venv/bench-ort
 CLIENTENV := .venv/client
 
-.PHONY: all build install man demo test test-go test-conformance test-client test-outoftree test-python test-go-install lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-dequant clean
+.PHONY: all build install man demo test test-go test-conformance test-client test-outoftree test-python test-go-install lint fuzz fixtures proto bench bench-convert bench-torch bench-ort bench-ort-smoke bench-dequant clean
 
 all: build
 
@@ -58,11 +58,17 @@ bench: build
 bench-convert: build
 	$(GO) run ./internal/cmd/benchconvert --strata bin/strata --json bench/convert-results.json
 
-# strata's export against the ONNX Runtime GenAI model builder's, as ONNX
-# Runtime opens them (session creation time and peak RSS), on a random
-# 852M Llama in float32 and bfloat16 (about 10 minutes; its own environment).
+# strata's exports (default, --subfunctions, --target ort) against the ONNX
+# Runtime GenAI model builder's, as ONNX Runtime serves them: session
+# creation and peak RSS, prefill and decode at 128 and 1,024 tokens, greedy
+# tokens against transformers, onnxruntime-genai tokens/s; a random 178M Llama
+# in float32 and bfloat16 (its own environment). bench-ort-smoke: the same
+# harness on a 2-layer Llama (under a minute), kept out of `make test` (torch).
 bench-ort: build $(BENCHORTENV)/.installed
 	$(BENCHORTENV)/bin/python bench/ort/compare.py --json bench/ort/results.json
+
+bench-ort-smoke: build $(BENCHORTENV)/.installed
+	$(BENCHORTENV)/bin/python bench/ort/smoke.py
 
 # Which dequantisation form of quantised weights (FP8, int4, NVFP4) ONNX
 # Runtime opens fastest and leanest, on a Llama-8B layer (about 10 minutes,
