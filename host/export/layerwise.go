@@ -81,6 +81,7 @@ func (e *exporter) layerwise() (*Result, error) {
 type builtWindow struct {
 	model *onnxpb.ModelProto
 	spec  *weights.Spec
+	held  *graph.Held // the model's encoded initializers, when not in it
 	err   error
 }
 
@@ -192,7 +193,7 @@ func (e *exporter) stitchWindow(st *window.Stitcher, s window.Span, w builtWindo
 			return fmt.Errorf("%s: %w", e.out.path(s.File()), err)
 		}
 	}
-	if err := st.Add(window.Model{Span: s, Proto: w.model, Spec: w.spec}); err != nil {
+	if err := st.Add(window.Model{Span: s, Proto: w.model, Spec: w.spec, Held: w.held}); err != nil {
 		return fmt.Errorf("stitching windows: %w", err)
 	}
 	return nil
@@ -274,6 +275,9 @@ func (e *exporter) buildWindow(s window.Span, forFile bool) (*assembler, builtWi
 	model, held, err := buildModel(a.b, inMetadata, e.plugin, e.opts.Version, &s)
 	if err != nil {
 		return nil, builtWindow{err: err}
+	}
+	if !forFile { // stitched from its chunks as they are
+		return a, builtWindow{model: model, spec: spec, held: &held}
 	}
 	if _, err := graph.Hold(model, held); err != nil {
 		return nil, builtWindow{err: err}

@@ -234,3 +234,39 @@ func TestSpillErrorFailsTheWrite(t *testing.T) {
 		t.Fatalf("WriteModel: %v, want the spill's error", err)
 	}
 }
+
+// EachEncoded reads ModelHeld's chunks in place as EncodedReferenced reads
+// the joined model: the same initializers, in the same order; a spilled
+// Held is refused.
+func TestEachEncodedReadsHeldAsJoined(t *testing.T) {
+	collect := func(read func(fn func(name, raw []byte) error) error) []string {
+		var got []string
+		if err := read(func(name, raw []byte) error {
+			got = append(got, string(name)+"="+strconv.Itoa(len(raw)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	m, held := heldBuilder(t).ModelHeld(Metadata{})
+	inPlace := collect(func(fn func(name, raw []byte) error) error { return EachEncoded(held, fn) })
+	if len(held.chunks) < 2 {
+		t.Fatalf("%d chunk(s): the test wants records in more than one", len(held.chunks))
+	}
+	if _, err := Hold(m, held); err != nil {
+		t.Fatal(err)
+	}
+	joined := collect(func(fn func(name, raw []byte) error) error { return EncodedReferenced(m, fn) })
+	if len(inPlace) != 3000 || strings.Join(inPlace, ",") != strings.Join(joined, ",") {
+		t.Fatalf("in place %d initializers, joined %d; they differ", len(inPlace), len(joined))
+	}
+	spill := NewSpill(func() (*os.File, error) { return os.CreateTemp(t.TempDir(), "spill") })
+	defer spill.Close()
+	b := New("g")
+	b.SpillTo(spill)
+	_, spilled := heldBuilderOf(t, b, 40000).ModelHeld(Metadata{})
+	if err := EachEncoded(spilled, func(_, _ []byte) error { return nil }); err == nil {
+		t.Error("a spilled Held was read in place")
+	}
+}

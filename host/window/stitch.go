@@ -40,6 +40,9 @@ type Model struct {
 	// need not hold it): a window built by this run is not parsed back
 	// from JSON.
 	Spec *weights.Spec
+	// Held, when set, are the window's encoded initializers as built,
+	// apart from Proto (graph.Builder.ModelHeld); else Proto holds them.
+	Held *graph.Held
 }
 
 // Stitch joins window models, in layer order, into the model a whole export
@@ -212,8 +215,12 @@ func (s *Stitcher) add(w Model) error {
 	if err := s.addInitializers(g); err != nil {
 		return err
 	}
-	if err := graph.EncodedReferenced(w.Proto, s.addEncoded); err != nil {
-		return err
+	encoded := graph.EncodedReferenced(w.Proto, s.addEncoded)
+	if w.Held != nil && encoded == nil {
+		encoded = graph.EachEncoded(*w.Held, s.addEncoded)
+	}
+	if encoded != nil {
+		return encoded
 	}
 	for _, n := range g.GetNode() {
 		if err := s.addNode(renamed(n, rename)); err != nil {
