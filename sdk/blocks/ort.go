@@ -59,6 +59,22 @@ func SimplifiedRMSNorm(f *fn.Func, x, weight fn.Value, eps float64) fn.Value {
 		fn.AttrInt("axis", -1), fn.AttrFloat("epsilon", float32(eps)), fn.AttrInt("stash_type", 1))
 }
 
+// SkipSimplifiedRMSNorm is x + skip and its RMSNorm by weight as one
+// com.microsoft SkipSimplifiedLayerNormalization (outputs: the normed
+// sum, mean and inv_std_var left out, the sum): a residual add and the next norm in
+// one node, as onnxruntime-genai's builder emits them. x and skip are both
+// [B,S,H]; the kernel's statistics are float32 as SimplifiedRMSNorm's.
+func SkipSimplifiedRMSNorm(f *fn.Func, x, skip, weight fn.Value, eps float64) (normed, sum fn.Value) {
+	f.Import(MSDomain, 1)
+	outs := f.OpUsed("SkipSimplifiedLayerNormalization", MSDomain, []bool{true, false, false, true},
+		[]fn.Value{x, skip, weight}, fn.AttrFloat("epsilon", float32(eps)))
+	return outs[0], outs[3]
+}
+
+// Fused reports whether n's form fuses a residual add into the norm that
+// follows it (SkipSimplifiedRMSNorm).
+func (n Norm) Fused() bool { return n.ORT && !n.OnePlus }
+
 // applyORT is x·Wᵀ + b as com.microsoft FusedMatMul(transB=1) on the
 // weight as stored [out, in]: one node on x of any rank, its weight
 // pre-packed at session creation as MatMul's is, with no transposed copy
