@@ -184,6 +184,9 @@ def test_io_and_ops(tmp_path):
     assert "GroupQueryAttention" in ops and "SimplifiedLayerNormalization" in ops
     assert not ops & {"CtxScatter", "CtxGather", "CustomRMSNorm", "Softmax"}, ops & {"CtxScatter", "CtxGather", "CustomRMSNorm", "Softmax"}
     assert sum(n.op_type == "GroupQueryAttention" for n in m.graph.node) == layers
+    # Every residual add fused with the norm after it (within a layer and
+    # across layers, into the final norm): no Add left but the RoPE's.
+    assert sum(n.op_type == "SkipSimplifiedLayerNormalization" for n in m.graph.node) == 2 * layers
 
 
 def test_genai_config_and_tokenizer_files(tmp_path):
