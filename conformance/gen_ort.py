@@ -19,10 +19,10 @@ GREEDY_TOKENS = 16
 # Dense fixtures of every architecture --target ort maps: both GQA rotary
 # paths (head_dim 16 inside GroupQueryAttention, 24 and 8 outside), bf16
 # and float32 checkpoints, q/k norms, a sliding window, partial longrope,
-# Qwen3-MoE's experts.
+# Qwen3-MoE's and GLM-4.x MoE's experts.
 ORT_GREEDY = ["llama-f32-base", "llama-bf16-gqa2", "llama-f32-llama3-headdim", "qwen3-bf16-gqa4",
               "qwen3-f32-bias-tied", "mistral-f32-sliding", "olmo2-f32-gqa", "phi3-f32-longrope",
-              "qwen3moe-f32-top2-norm", "qwen3moe-bf16-top4-sparse"]
+              "qwen3moe-f32-top2-norm", "qwen3moe-bf16-top4-sparse", "glm-f32-qknorm-groups", "glm-bf16-dense2-shared2"]
 
 
 def generate_extras(fixtures, names):

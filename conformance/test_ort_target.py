@@ -25,11 +25,13 @@ from test_conformance import FIXTURES, STRATA, TOLERANCE, Fixture, export, max_d
 
 # Every fixture of a plugin that declares the target, but the quantised
 # Llamas (the host's business, the same in either form).
-ORT_FIXTURES = [n for n in FIXTURES if n.startswith(("llama-f32-", "llama-bf16-", "qwen3-", "mistral-", "olmo2-", "phi3-", "qwen3moe-"))]
+ORT_FIXTURES = [n for n in FIXTURES if n.startswith(("llama-f32-", "llama-bf16-", "qwen3-", "mistral-", "olmo2-", "phi3-", "qwen3moe-", "glm-"))]
 
 # Fixtures onnxruntime-genai runs: a Llama (GQA's own rotary), a Qwen3 (q/k
-# norms), each a float32 and a bf16 checkpoint, and a Qwen3-MoE.
-GENAI_FIXTURES = ["llama-f32-base", "llama-bf16-gqa2", "qwen3-bf16-gqa4", "qwen3-f32-bias-tied", "qwen3moe-f32-top2-norm"]
+# norms), each a float32 and a bf16 checkpoint, a Qwen3-MoE and a GLM-4.x
+# MoE (partial rotary, grouped sigmoid router, shared experts).
+GENAI_FIXTURES = ["llama-f32-base", "llama-bf16-gqa2", "qwen3-bf16-gqa4", "qwen3-f32-bias-tied", "qwen3moe-f32-top2-norm",
+                  "glm-f32-qknorm-groups"]
 
 
 def export_ort(fx, out, *args):
@@ -97,7 +99,7 @@ def greedy_reference(name):
 
 def test_fixture_lists():
     assert set(ORT_GREEDY) <= set(ORT_FIXTURES) and set(GENAI_FIXTURES) <= set(ORT_GREEDY)
-    assert {n.split("-")[0] for n in ORT_FIXTURES} == {"llama", "qwen3", "mistral", "olmo2", "phi3", "qwen3moe"}
+    assert {n.split("-")[0] for n in ORT_FIXTURES} == {"llama", "qwen3", "mistral", "olmo2", "phi3", "qwen3moe", "glm"}
 
 
 @pytest.mark.parametrize("name", ORT_FIXTURES)
@@ -182,6 +184,9 @@ def test_io_and_ops(tmp_path):
     assert "GroupQueryAttention" in ops and "SimplifiedLayerNormalization" in ops
     assert not ops & {"CtxScatter", "CtxGather", "CustomRMSNorm", "Softmax"}, ops & {"CtxScatter", "CtxGather", "CustomRMSNorm", "Softmax"}
     assert sum(n.op_type == "GroupQueryAttention" for n in m.graph.node) == layers
+    # Every residual add fused with the norm after it (within a layer and
+    # across layers, into the final norm): no Add left but the RoPE's.
+    assert sum(n.op_type == "SkipSimplifiedLayerNormalization" for n in m.graph.node) == 2 * layers
 
 
 def test_genai_config_and_tokenizer_files(tmp_path):
@@ -220,7 +225,7 @@ def test_tokenizer_file_not_regular_is_refused(tmp_path):
     assert not (tmp_path / "out" / "model.onnx").exists()
 
 
-@pytest.mark.parametrize("name", ["glm-f32-fused", "deepseek-f32-yarn-mtp", "gemma3-f32-sliding", "qwen35-f32-dense", "gptoss-mxfp4", "qwen3vl-f32-dense"])
+@pytest.mark.parametrize("name", ["glm4lite-f32-qlora", "deepseek-f32-yarn-mtp", "gemma3-f32-sliding", "qwen35-f32-dense", "gptoss-mxfp4", "qwen3vl-f32-dense"])
 def test_unmapped_architectures_are_refused(name, tmp_path):
     """Plugins whose layers do not map (GLM's MoE yet, latent attention,
     Gemma's norms, linear attention, sinks, vision) do not declare the

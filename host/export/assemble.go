@@ -80,11 +80,13 @@ func (a *assembler) run() error {
 	if err := a.placeContext(); err != nil {
 		return err
 	}
+	sums := map[string]bool{} // the hidden states between parts
 	for _, l := range a.layers() {
 		var err error
 		if hidden, err = a.placeLayer(l, hidden); err != nil {
 			return err
 		}
+		sums[hidden] = true
 	}
 	if a.span.IsLast() {
 		outputs := map[string]string{sdk.Logits: sdk.Logits}
@@ -97,6 +99,13 @@ func (a *assembler) run() error {
 		}
 		if err := a.place(a.parts.final, sdk.NonLayer, "final",
 			map[string]string{sdk.HiddenStates: hidden, sdk.PositionIDs: sdk.PositionIDs}, outputs); err != nil {
+			return err
+		}
+	}
+	if a.ort && !a.subfunctions {
+		// ONNX Runtime's form: a layer's last residual add and the next
+		// part's first norm, which no part can fuse alone.
+		if _, err := a.b.FuseResidualNorms(sums); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package glm
 
 import (
+	"github.com/strata-llm/strata/sdk"
 	"github.com/strata-llm/strata/sdk/decoder"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
@@ -17,6 +18,7 @@ const (
 // decoder layer (decoder.NextN).
 var plugin = decoder.Plugin{Name: "glm", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "glm4_moe", HFArchitectures: []string{"Glm4MoeForCausalLM"}, Name: "Glm4Moe",
+	Targets: []string{sdk.TargetORT}, // the experts in the --moe-strategy form (decoder.groupedMoE)
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"},
 		MtpConventions: []string{decoder.MTPInlined, decoder.MTPIndexed, decoder.MTPSeparateFile}, Models: []string{decoder.ModelMTP}},
 	Options: []*pb.PluginOption{

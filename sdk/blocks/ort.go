@@ -27,12 +27,20 @@ type ORTContext struct {
 
 // ORTContextValues computes ORTContext from attention_mask [B,T] int64 as
 // onnxruntime-genai's builder does (seqlens_k = Σmask - 1, the total the
-// mask's width), and the RoPE caches for positions 0..T-1 in the graph: no
-// baked [max_position_embeddings, dim/2] table.
-func ORTContextValues(f *fn.Func, mask fn.Value, rope RoPE) ORTContext {
+// mask's width), and the RoPE caches in the graph: no baked table. When
+// the frequencies do not depend on the length (every kind but longrope),
+// the caches are of positions 0..contextLength-1 from constants alone, so
+// ONNX Runtime folds them once at session creation rather than computing
+// T rows at every step; longrope's switch to its long factors past
+// original_max_position_embeddings keeps them of 0..T-1, per step.
+func ORTContextValues(f *fn.Func, mask fn.Value, rope RoPE, contextLength int64) ORTContext {
 	seqlens := f.Cast(f.Sub(f.ReduceSum(mask, false, 1), f.Int(1)), fn.Int32)
 	width := f.Dim(mask, 1)
-	cos, sin := rope.Caches(f.Scope("rope"), width)
+	rows := width
+	if rope.LongInvFreq() == nil {
+		rows = f.Int(contextLength)
+	}
+	cos, sin := rope.Caches(f.Scope("rope"), rows)
 	return ORTContext{SeqlensK: seqlens, TotalSeqLen: f.Cast(width, fn.Int32), Cos: cos, Sin: sin}
 }
 
@@ -58,6 +66,22 @@ func SimplifiedRMSNorm(f *fn.Func, x, weight fn.Value, eps float64) fn.Value {
 	return f.Op("SimplifiedLayerNormalization", []fn.Value{x, weight},
 		fn.AttrInt("axis", -1), fn.AttrFloat("epsilon", float32(eps)), fn.AttrInt("stash_type", 1))
 }
+
+// SkipSimplifiedRMSNorm is x + skip and its RMSNorm by weight as one
+// com.microsoft SkipSimplifiedLayerNormalization (outputs: the normed
+// sum, mean and inv_std_var left out, the sum): a residual add and the next norm in
+// one node, as onnxruntime-genai's builder emits them. x and skip are both
+// [B,S,H]; the kernel's statistics are float32 as SimplifiedRMSNorm's.
+func SkipSimplifiedRMSNorm(f *fn.Func, x, skip, weight fn.Value, eps float64) (normed, sum fn.Value) {
+	f.Import(MSDomain, 1)
+	outs := f.OpUsed("SkipSimplifiedLayerNormalization", MSDomain, []bool{true, false, false, true},
+		[]fn.Value{x, skip, weight}, fn.AttrFloat("epsilon", float32(eps)))
+	return outs[0], outs[3]
+}
+
+// Fused reports whether n's form fuses a residual add into the norm that
+// follows it (SkipSimplifiedRMSNorm).
+func (n Norm) Fused() bool { return n.ORT && !n.OnePlus }
 
 // applyORT is x·Wᵀ + b as com.microsoft FusedMatMul(transB=1) on the
 // weight as stored [out, in]: one node on x of any rank, its weight

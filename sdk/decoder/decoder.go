@@ -180,7 +180,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		return embedPart(domain, a.Name+"Embed", dt, weight.Tensor(m.Key("embed_tokens.weight"), int64(m.Vocab), int64(m.Hidden)), m.Embed, m.embedTableDType(dt), m.EmbedScale), nil
 	case sdk.PartContext:
 		if m.ORT() {
-			return ortContextPart(domain, a.Name+"Context", dt, m.RoPE), nil
+			return ortContextPart(domain, a.Name+"Context", dt, m.RoPE, m.ortContextLength), nil
 		}
 		return contextPart(domain, a.Name+"Context", dt, m.RoPE, req.GetOptions(), m.context, m.positions(), m.slotsCache()), nil
 	case sdk.PartLayer:

@@ -88,6 +88,12 @@ func (b *groupedMoE) Declare(l *Layer) {
 	}
 }
 
+// ORTUnmapped: in ONNX Runtime's form the routed experts run as the
+// strategy says (gather by default: standard ops), the router's sigmoid
+// groups and the shared experts as in any form; ONNX Runtime's MoE contrib
+// op (softmax routing only) cannot express the grouped sigmoid router.
+func (b *groupedMoE) ORTUnmapped(*Layer) string { return "" }
+
 func (b *groupedMoE) Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
 	out, err := RoutedExperts(f, x, l.Model.Hidden, b.router, "gate", b.run, b.strategy)
 	if err != nil {

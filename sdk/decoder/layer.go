@@ -180,15 +180,21 @@ func (l *Layer) MixerResidual(mix Mixer, mixNorms Norms, mlp Block, mlpNorms Nor
 		}
 	}
 
+	// With the ORT form the residual add after the mixer and the MLP's
+	// pre-norm are one SkipSimplifiedLayerNormalization.
+	next := fusedNorm{}
+	if l.Model.norm().Fused() && mlpNorms.Pre != "" {
+		next = fusedNorm{mlpNorms.Pre, mlpW.pre}
+	}
 	var caches []fn.Value
-	hidden, err := mixNorms.apply(l, mixW, l.Hidden, func(x fn.Value) (out fn.Value, err error) {
+	hidden, normed, err := mixNorms.apply(l, mixW, l.Hidden, "", next, func(x fn.Value) (out fn.Value, err error) {
 		out, caches = mix.Mix(l, l.Scope(mix.Scope()), x)
 		return out, nil
 	})
 	if err != nil {
 		return err
 	}
-	out, err := mlpNorms.apply(l, mlpW, hidden, func(x fn.Value) (fn.Value, error) {
+	out, _, err := mlpNorms.apply(l, mlpW, hidden, normed, fusedNorm{}, func(x fn.Value) (fn.Value, error) {
 		return mlp.Apply(l, l.Scope("mlp"), x)
 	})
 	if err != nil {
@@ -216,20 +222,35 @@ func (n Norms) declare(l *Layer, declareBranch func()) normWeights {
 	return w
 }
 
-// apply is x + Post(branch(Pre(x))).
-func (n Norms) apply(l *Layer, w normWeights, x fn.Value, branch func(fn.Value) (fn.Value, error)) (fn.Value, error) {
-	in := x
-	if n.Pre != "" {
-		in = l.Model.norm().Apply(l.Scope(n.Pre), x, w.pre)
+// fusedNorm is the norm (scope, weight) the residual add is fused into
+// (blocks.SkipSimplifiedRMSNorm), none when empty.
+type fusedNorm struct {
+	name   string
+	weight fn.Value
+}
+
+// apply is x + Post(branch(Pre(x))), Pre(x) being normed when the add
+// before fused it; with next, also next's norm of that sum, fused.
+func (n Norms) apply(l *Layer, w normWeights, x, normed fn.Value, next fusedNorm, branch func(fn.Value) (fn.Value, error)) (sum, nextNormed fn.Value, err error) {
+	in := normed
+	if in == "" {
+		in = x
+		if n.Pre != "" {
+			in = l.Model.norm().Apply(l.Scope(n.Pre), x, w.pre)
+		}
 	}
 	out, err := branch(in)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if n.Post != "" {
 		out = l.Model.norm().Apply(l.Scope(n.Post), out, w.post)
 	}
-	return l.Add(x, out), nil
+	if next.name == "" {
+		return l.Add(x, out), "", nil
+	}
+	nextNormed, sum = blocks.SkipSimplifiedRMSNorm(l.Scope(next.name), x, out, next.weight, l.Model.Eps)
+	return sum, nextNormed, nil
 }
 
 // Attention is self-attention named as transformers names it

@@ -144,9 +144,9 @@ func (m *Model) ortPlan(plan *pb.PlanResponse) {
 
 // ortContextPart computes seqlens_k, total_sequence_length and the RoPE
 // caches from attention_mask.
-func ortContextPart(domain, name string, dt fn.DType, rope blocks.RoPE) *pb.BuildResponse {
+func ortContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, contextLength int64) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
-	c := blocks.ORTContextValues(f, f.Input(sdk.AttentionMask), rope)
+	c := blocks.ORTContextValues(f, f.Input(sdk.AttentionMask), rope, contextLength)
 	f.Output(CtxSeqlensK, c.SeqlensK)
 	f.Output(CtxTotalSeqLen, c.TotalSeqLen)
 	f.Output(CtxCosCache, c.Cos)

@@ -218,3 +218,57 @@ func attrInt(attrs []*onnxpb.AttributeProto, name string) int64 {
 	}
 	return 0
 }
+
+// TestORTResidualNormFused: the residual add after attention and the MLP's
+// pre-norm are one SkipSimplifiedLayerNormalization, whose sum (output 3)
+// is the residual the MLP's output is added to; post-only norms (OLMo-2)
+// leave nothing to fuse.
+func TestORTResidualNormFused(t *testing.T) {
+	build := func(p decoder.Plugin) *pb.BuildResponse {
+		// head_dim 16: GQA turns q and k itself, no Adds of the RoPE's own
+		model := plugintest.Edited(t, p, base, func(c map[string]any) { c["head_dim"] = 16 }, "F32")
+		layer, err := p.Build(context.Background(), &pb.BuildRequest{Model: model, Options: ortOpts, Part: sdk.PartLayer, Kind: "decoder", Layers: []int32{0}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return layer
+	}
+	layer := build(dense(preNorm(decoder.Attention{}), nil))
+	count := func(ops []string, op string) (n int) {
+		for _, o := range ops {
+			if o == op {
+				n++
+			}
+		}
+		return n
+	}
+	ops := opTypes(layer)
+	if count(ops, "SkipSimplifiedLayerNormalization") != 1 || count(ops, "Add") != 1 || count(ops, "SimplifiedLayerNormalization") != 1 {
+		t.Fatalf("layer ops %v: want one SkipSimplifiedLayerNormalization, one Add (the MLP's residual), one SimplifiedLayerNormalization (input_layernorm)", ops)
+	}
+	var skip, add *onnxpb.NodeProto
+	for _, n := range layer.GetFunction().GetNode() {
+		switch n.GetOpType() {
+		case "SkipSimplifiedLayerNormalization":
+			skip = n
+		case "Add":
+			add = n
+		}
+	}
+	out := skip.GetOutput()
+	if skip.GetDomain() != "com.microsoft" || len(out) != 4 || out[0] == "" || out[1] != "" || out[2] != "" || out[3] == "" {
+		t.Errorf("SkipSimplifiedLayerNormalization %s outputs %q: want the normed sum and the sum, no mean or inv_std_var", skip.GetDomain(), out)
+	}
+	if in := skip.GetInput(); len(in) != 3 || in[0] != sdk.HiddenStates || in[2] != "post_attention_layernorm.weight" {
+		t.Errorf("SkipSimplifiedLayerNormalization inputs %q: want the layer's hidden state, attention's output, post_attention_layernorm.weight", in)
+	}
+	if !slices.Contains(add.GetInput(), out[3]) {
+		t.Errorf("the MLP's residual add %q does not add to the fused sum %s", add.GetInput(), out[3])
+	}
+	post := build(dense(func(m *decoder.Model, l *decoder.Layer) error {
+		return l.Residual(&decoder.Attention{}, decoder.Norms{Post: "post_attention_layernorm"}, &decoder.SwiGLU{Width: m.Intermediate}, decoder.Norms{Post: "post_feedforward_layernorm"})
+	}, nil))
+	if ops := opTypes(post); count(ops, "SkipSimplifiedLayerNormalization") != 0 || count(ops, "Add") != 2 {
+		t.Errorf("post-only norms: ops %v, want two Adds and no fused norm", ops)
+	}
+}

@@ -192,6 +192,19 @@ func (f *Func) OpN(op, domain string, n int, inputs []Value, attrs ...*onnxpb.At
 	return outs
 }
 
+// OpUsed is OpN naming only the outputs used says are used: the others
+// are "", ONNX's absent optional output, which a kernel then skips.
+func (f *Func) OpUsed(op, domain string, used []bool, inputs []Value, attrs ...*onnxpb.AttributeProto) []Value {
+	outs := f.OpN(op, domain, len(used), inputs, attrs...)
+	node := f.fn.Node[len(f.fn.Node)-1]
+	for i, u := range used {
+		if !u {
+			outs[i], node.Output[i] = "", ""
+		}
+	}
+	return outs
+}
+
 // Call adds a call of a function shipped with the model (see Use).
 func (f *Func) Call(fn *onnxpb.FunctionProto, inputs []Value, attrs ...*onnxpb.AttributeProto) Value {
 	f.Use(fn)
