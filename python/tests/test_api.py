@@ -98,8 +98,9 @@ def test_ctrl_c_stops_strata(fake_plugin_dir, tmp_path):
     py = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not any(p != py.pid for p in strata_processes(str(out))):  # strata started, waiting on Plan
-            assert time.monotonic() < deadline and py.poll() is None, "strata never started"
+        # strata started and its plugin with it: strata waits on Plan
+        while not (any(p != py.pid for p in strata_processes(str(out))) and strata_processes(fake_plugin_dir)):
+            assert time.monotonic() < deadline and py.poll() is None, "strata or its plugin never started"
             time.sleep(0.1)
         time.sleep(1)
         start = time.monotonic()
