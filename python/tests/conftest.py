@@ -60,7 +60,7 @@ def fake_plugin_dir(tmp_path_factory):
     """internal/fakeplugin as strata-plugin-fake-hang-on-plan: claims llama
     and never answers Plan, so an export waits until interrupted."""
     if shutil.which("go") is None:
-        pytest.skip("the Ctrl-C test builds internal/fakeplugin with go, which is not on PATH")
+        pytest.fail("the Ctrl-C test builds internal/fakeplugin with go, which is not on PATH: install Go (make test needs it)")
     d = tmp_path_factory.mktemp("hang")
     subprocess.run(["go", "build", "-o", str(d / "strata-plugin-fake-hang-on-plan"), "./internal/fakeplugin"], cwd=ROOT, check=True)
     return str(d)
