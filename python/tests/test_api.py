@@ -91,7 +91,11 @@ def test_ctrl_c_stops_strata(fake_plugin_dir, tmp_path):
     """A KeyboardInterrupt in Python (SIGINT to Python alone, as a notebook's
     interrupt sends it) stops strata and its plugin, then propagates."""
     out = tmp_path / "interrupted-out"
+    # Python as a terminal or notebook runs it: KeyboardInterrupt on SIGINT,
+    # even when this test runs in the background, which ignores SIGINT.
     script = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import strata
         strata.export({TINY!r}, out={str(out)!r}, plugin_dirs=[{fake_plugin_dir!r}])
     """)
