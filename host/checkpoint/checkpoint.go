@@ -175,8 +175,13 @@ func (c *Checkpoint) readShards() error {
 			return err
 		}
 	}
+	// The index is checked against the headers while the tensors are
+	// sorted: each reads what the other does not write (Kimi-K2's
+	// 139,000 tensors: 40 ms each).
+	checked := make(chan error, 1)
+	go func() { checked <- c.checkIndex(index) }()
 	c.sort()
-	if err := c.checkIndex(index); err != nil {
+	if err := <-checked; err != nil {
 		return err
 	}
 	return c.readUnindexed(index.shards)

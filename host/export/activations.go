@@ -144,6 +144,9 @@ func carried(n *onnxpb.NodeProto, derived map[string]string) (string, bool) {
 // same in every layer the function serves.
 func activationSchemes(resp *pb.BuildResponse, q *quant.View) (map[string]string, error) {
 	out := map[string]string{}
+	if !q.QuantizesActivations() { // no binding to read (Kimi-K2's were 4% of its export)
+		return out, nil
+	}
 	seen := map[string]bool{}
 	for _, lw := range resp.GetWeights() {
 		for _, wb := range lw.GetBindings() {

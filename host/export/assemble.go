@@ -45,11 +45,18 @@ type assembler struct {
 	read map[string]bool
 	// ort: onnxruntime-genai's IO (--target ort; window.ModelIO.ORT).
 	ort bool
+	// prepared brings each layer's bindings, in order, prepared
+	// (weights.Table.Prepare) while the layer before is placed.
+	prepared <-chan []weights.Prepared
 }
 
 func newAssembler(ps parts, ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, s window.Span, subfunctions bool, srv window.Serving, mode, dataPath string) *assembler {
 	b := graph.New(ps.plan.GetModelType())
-	return &assembler{parts: ps, compute: compute, b: b, table: weights.NewTable(ckpt, q, compute, b, mode, dataPath),
+	table := weights.NewTable(ckpt, q, compute, b, mode, dataPath)
+	if s.IsFirst() && s.IsLast() {
+		table.Reserve(len(ckpt.Sorted()))
+	}
+	return &assembler{parts: ps, compute: compute, b: b, table: table,
 		kinds: kindIndex(ps.plan), span: s, subfunctions: subfunctions, serving: srv, read: map[string]bool{}}
 }
 
@@ -81,6 +88,9 @@ func (a *assembler) run() error {
 		return err
 	}
 	sums := map[string]bool{} // the hidden states between parts
+	stop := make(chan struct{})
+	defer close(stop)
+	a.prepared = a.prepareLayers(stop)
 	for _, l := range a.layers() {
 		var err error
 		if hidden, err = a.placeLayer(l, hidden); err != nil {
@@ -231,8 +241,18 @@ func (a *assembler) bind(resp *pb.BuildResponse, layer int32, prefix string, inp
 	if err != nil {
 		return err
 	}
-	for _, wb := range lw.GetBindings() { // validate.go: each a formal input the host does not pass
-		value, err := a.table.Value(wb, prefix+"/"+wb.GetInput())
+	var prepared []weights.Prepared
+	if layer != sdk.NonLayer && a.prepared != nil {
+		prepared = <-a.prepared
+	}
+	for j, wb := range lw.GetBindings() { // validate.go: each a formal input the host does not pass
+		var value string
+		var err error
+		if prepared != nil {
+			value, err = a.table.ValueOf(prepared[j], prefix+"/"+wb.GetInput())
+		} else {
+			value, err = a.table.Value(wb, prefix+"/"+wb.GetInput())
+		}
 		if err != nil {
 			return fmt.Errorf("%s: input %s: %w", prefix, wb.GetInput(), err)
 		}
@@ -300,4 +320,32 @@ func layerBindings(resp *pb.BuildResponse, layer int32) (*pb.LayerWeights, error
 		return nil, nil
 	}
 	return nil, fmt.Errorf("plugin built %s without weight bindings for layer %d", resp.GetFunction().GetName(), layer)
+}
+
+// prepareLayers prepares the bindings of the span's layers, in order, one
+// layer ahead of their placing: on two cores, reading the expressions of
+// the next layer's weights overlaps placing this one's. It stops when stop
+// is closed. A layer without bindings is left to bind to refuse.
+func (a *assembler) prepareLayers(stop <-chan struct{}) <-chan []weights.Prepared {
+	out := make(chan []weights.Prepared, 1)
+	go func() {
+		defer close(out)
+		var scratch []byte
+		for _, l := range a.layers() {
+			lw, err := layerBindings(a.parts.kinds[l.GetKind()], l.GetIndex())
+			if err != nil {
+				return
+			}
+			ps := make([]weights.Prepared, len(lw.GetBindings()))
+			for j, wb := range lw.GetBindings() {
+				ps[j], scratch = a.table.Prepare(wb, scratch)
+			}
+			select {
+			case out <- ps:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return out
 }

@@ -479,6 +479,12 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 	if !check.GetSupported() {
 		return parts{}, fmt.Errorf("plugin %s cannot export this checkpoint: %s", p.Desc.GetName(), strings.Join(check.GetReasons(), "; "))
 	}
+	if p.Holds(model) {
+		// Later calls send the model's id alone: its inventory can go
+		// (10 MB of Kimi-K2's heap, which every garbage collection of the
+		// export scanned).
+		model.Tensors = nil
+	}
 	if layerwise {
 		if err := layerwiseGuard(p, ckpt.ModelType, check); err != nil {
 			return parts{}, err

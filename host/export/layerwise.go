@@ -50,7 +50,6 @@ func (e *exporter) layerwise() (*Result, error) {
 	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
 	st := window.NewStitcher(io)
-	st.InternNames(func(name []byte) string { return e.ckpt.Key(string(name)) })
 	st.SpillTo(e.spill)
 	written, kept, err := e.exportWindows(spans, manifest, st)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -73,6 +74,10 @@ func TestReferencedExternalEncodesAsMarshal(t *testing.T) {
 		{"scalar", int32(onnxpb.TensorProto_FLOAT), nil, "checkpoint/model.safetensors", 8, 4},
 		{"empty", int32(onnxpb.TensorProto_FLOAT), []int64{0}, "checkpoint/m.safetensors", 0, 0},
 		{"ünïcode/\"name\"", int32(onnxpb.TensorProto_UINT8), []int64{1 << 40, 1, 3}, "checkpoint/ü.safetensors", 1<<62 - 1, 1 << 41},
+		{"digits", int32(onnxpb.TensorProto_FLOAT), []int64{2}, "", 9, 10},
+		{"more digits", int32(onnxpb.TensorProto_FLOAT), []int64{2}, "x", 99, 100},
+		{"negative", int32(onnxpb.TensorProto_FLOAT), []int64{2}, "x", -1, math.MinInt64},
+		{"largest", int32(onnxpb.TensorProto_FLOAT), []int64{2}, "x", math.MaxInt64, 999999999999999999},
 	} {
 		want := &onnxpb.TensorProto{Name: tc.name, DataType: tc.dataType, Dims: tc.dims, DataLocation: onnxpb.TensorProto_EXTERNAL,
 			ExternalData: []*onnxpb.StringStringEntryProto{{Key: "location", Value: tc.location},

@@ -17,6 +17,18 @@ type Held struct {
 	err     error // the spill's, if writing it failed
 }
 
+// Recycle gives h's chunks in memory to the builders made after for reuse;
+// nothing may read h after.
+func (h *Held) Recycle() {
+	for _, c := range h.chunks {
+		if i := chunkClass(cap(c)); i >= 0 {
+			c = c[:0]
+			chunkPools[i].Put(&c)
+		}
+	}
+	h.chunks = nil
+}
+
 // Len is the size of the encoded initializers.
 func (h Held) Len() int64 {
 	n := h.spilled

@@ -87,6 +87,19 @@ func (p *Plugin) model(m *pb.Model) (send *pb.Model, done func()) {
 	}
 }
 
+// Holds reports whether the plugin remembers m, sent whole by a call that
+// succeeded: later calls send its id alone, and the caller may let go of
+// m's inventory.
+func (p *Plugin) Holds(m *pb.Model) bool {
+	if m == nil || !p.Desc.GetRemembersModels() {
+		return false
+	}
+	p.models.mu.Lock()
+	defer p.models.mu.Unlock()
+	_, ok := p.models.ids[weak.Make(m)]
+	return ok
+}
+
 // newPlugin is candidate c, not started yet: Load describes it from the
 // cache or starts it at once (describe); a call starts a plugin described
 // from the cache (ensure). Kill ends either.

@@ -48,8 +48,11 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 	if cfg.str("activation_scheme") == "dynamic" {
 		r.view.Notes = append(r.view.Notes, "activation_scheme dynamic: activations stay in the compute dtype (transformers dequantises FP8 weights on CPU and does the same)")
 	}
-	how := &blockFP8{block} // one dequantizer (a comparable pointer) for every weight
-	for _, t := range r.ckpt.Sorted() {
+	// One dequantizer (a comparable pointer) for every weight with a block
+	// grid, one for those with a per-tensor scale.
+	blocked, perTensor := &blockFP8{block}, &blockFP8{}
+	tensors := r.ckpt.Sorted()
+	for i, t := range tensors {
 		k := t.Key
 		if t.DType != "F8_E4M3" {
 			if t.DType == "F8_E5M2" {
@@ -57,18 +60,22 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 			}
 			continue
 		}
-		scale := k + fp8ScaleSuffix
-		if _, ok := r.tensor(scale); !ok {
-			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, scale)
+		scale, ok := r.scaleOf(tensors, i)
+		if !ok {
+			return fmt.Errorf("tensor %s is FP8 but %s, its scale, is missing from the checkpoint", k, k+fp8ScaleSuffix)
 		}
-		if block == nil && !scalarShape(r.ckpt, scale) {
-			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale)
+		how := blocked
+		if isScalar(scale) {
+			how = perTensor
+		} else if block == nil {
+			return fmt.Errorf("tensor %s has a block grid, but quantization_config has no weight_block_size: strata cannot tell the block", scale.Key)
 		}
-		if err := r.add(k, how, ""); err != nil {
+		if err := r.add(k, how, "", t, scale); err != nil {
 			return err
 		}
 	}
-	for _, k := range r.ckpt.Keys() {
+	for _, t := range tensors {
+		k := t.Key
 		if base, ok := strings.CutSuffix(k, ".input_scale"); ok && r.view.Has(base+".weight") {
 			if static {
 				r.hide(k, "static activation scale")
@@ -84,22 +91,33 @@ func (r *resolver) fineGrainedFP8(cfg config) error {
 // weight_scale_inv, gate_up_proj -> gate_up_proj_scale_inv.
 const fp8ScaleSuffix = "_scale_inv"
 
+// scaleOf is the scale of the FP8 tensor sorted[i]: in sorted order it
+// nearly always comes next (looking it up was a sixth of reading
+// Kimi-K2's 69,000 FP8 experts).
+func (r *resolver) scaleOf(sorted []*checkpoint.Tensor, i int) (*checkpoint.Tensor, bool) {
+	key := sorted[i].Key
+	if i+1 < len(sorted) {
+		next := sorted[i+1].Key
+		if len(next) == len(key)+len(fp8ScaleSuffix) && strings.HasPrefix(next, key) && strings.HasSuffix(next, fp8ScaleSuffix) {
+			return sorted[i+1], true
+		}
+	}
+	return r.tensor(key + fp8ScaleSuffix)
+}
+
 // blockFP8 dequantises an FP8 weight with its <weight>_scale_inv, one per
-// block of the block size, or one for the tensor.
+// block of the block size, or (block nil) one for the tensor.
 type blockFP8 struct{ block []int64 }
 
-func (b blockFP8) expr(c *checkpoint.Checkpoint, key string) *transform.Expr {
-	scale := key + fp8ScaleSuffix
-	var ints []int64
-	if !scalarShape(c, scale) {
-		ints = b.block
-	}
-	return dequant(ints, transform.Leaf(key), transform.Leaf(scale))
+func (b blockFP8) expr(_ *checkpoint.Checkpoint, key string) *transform.Expr {
+	return dequant(b.block, transform.Leaf(key), transform.Leaf(key+fp8ScaleSuffix))
 }
 
 // scalarShape: the tensor is one value of rank below 2 (a per-tensor
 // scale); a [1, 1] grid is still checked against the block size.
 func scalarShape(c *checkpoint.Checkpoint, key string) bool {
 	t, _ := c.Tensor(key)
-	return t.Elements() == 1 && len(t.Shape) < 2
+	return isScalar(t)
 }
+
+func isScalar(t *checkpoint.Tensor) bool { return t.Elements() == 1 && len(t.Shape) < 2 }

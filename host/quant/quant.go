@@ -145,6 +145,10 @@ func (v *View) Activation(key string) string {
 	return ""
 }
 
+// QuantizesActivations reports whether some quantised weight's layer input
+// is quantised too (Activation is not "" for every key).
+func (v *View) QuantizesActivations() bool { return v != nil && len(v.activations) > 1 }
+
 // Quantized reports whether the checkpoint holds quantised weights strata
 // dequantises.
 func (v *View) Quantized() bool { return v != nil && len(v.weights) > 0 }
@@ -273,21 +277,44 @@ func (v *View) Expand(e *transform.Expr) *transform.Expr {
 func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 	tensors := ckpt.Sorted()
 	out := make([]*pb.TensorInfo, 0, len(tensors))
+	info := func(key, dt string, shape []int64, stored *checkpoint.Tensor) *pb.TensorInfo {
+		sh, _ := ckpt.Shard(stored.Shard)
+		return &pb.TensorInfo{Key: key, Dtype: dt, Shape: shape, Unindexed: sh.Unindexed}
+	}
+	// A weight stored under its own key (fine-grained FP8) takes its
+	// place in the checkpoint's order; one whose values are stored under
+	// another (a packed weight) is added after, and the list sorted: a
+	// sort of Kimi-K2's 69,000 expert weights was 7% of its export.
+	var weights map[string]weightRef
+	if v != nil {
+		weights = v.weights
+	}
+	var renamed []*Weight
 	for _, t := range tensors {
 		k := t.Key
-		if v.Has(k) || v.Stored(k) {
+		if ref, ok := weights[k]; ok {
+			if !ref.packed {
+				out = append(out, info(k, "F32", v.shapes[ref.shape], t))
+			}
 			continue
 		}
-		sh, _ := ckpt.Shard(t.Shard)
-		out = append(out, &pb.TensorInfo{Key: k, Dtype: t.DType, Shape: t.Shape, Unindexed: sh.Unindexed})
+		if v.Stored(k) {
+			continue
+		}
+		out = append(out, info(k, t.DType, t.Shape, t))
 	}
-	if !v.Quantized() {
-		return out // in the checkpoint's order, as ever
+	for k, ref := range weights {
+		if ref.packed {
+			w, _ := v.Weight(k)
+			renamed = append(renamed, w)
+		}
 	}
-	for _, w := range v.Weights() {
+	if len(renamed) == 0 {
+		return out
+	}
+	for _, w := range renamed {
 		t, _ := ckpt.Tensor(w.Values)
-		sh, _ := ckpt.Shard(t.Shard)
-		out = append(out, &pb.TensorInfo{Key: w.Key, Dtype: "F32", Shape: w.Shape, Unindexed: sh.Unindexed})
+		out = append(out, info(w.Key, "F32", w.Shape, t))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
@@ -454,9 +481,24 @@ func (r *resolver) shape(shape []int64) uint32 {
 // add records a quantised weight: its logical key, with its dequantizer
 // and activation scheme. The expression over its stored parts is built
 // and checked against their types now, and built again when asked.
-func (r *resolver) add(key string, how dequantizer, activation string) error {
+// near are stored parts the caller has at hand, typed without a lookup.
+func (r *resolver) add(key string, how dequantizer, activation string, near ...*checkpoint.Tensor) error {
 	e := how.expr(r.ckpt, key)
-	if err := e.Infer(r.lookup); err != nil {
+	lookup := r.lookup
+	if len(near) > 0 {
+		lookup = func(k string) (transform.Type, error) {
+			for _, t := range near {
+				if t.Key == k {
+					return typeOf(t), nil
+				}
+			}
+			return r.lookup(k)
+		}
+		if near[0].Key == key {
+			key = near[0].Key // the checkpoint's own string, kept by the view
+		}
+	}
+	if err := e.Infer(lookup); err != nil {
 		return fmt.Errorf("quantised weight %s: %w", key, err)
 	}
 	i, ok := r.how[how]
@@ -475,7 +517,10 @@ func (r *resolver) add(key string, how dequantizer, activation string) error {
 	if packed && parts[0] != strings.TrimSuffix(key, ".weight")+packedSuffix {
 		return fmt.Errorf("quantised weight %s: its values are stored as %s, which strata does not name: please report this checkpoint's layout", key, parts[0])
 	}
-	r.view.weights[r.ckpt.Key(key)] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
+	if len(near) == 0 || near[0].Key != key {
+		key = r.ckpt.Key(key)
+	}
+	r.view.weights[key] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
 	if x, ok := how.(extraParts); ok {
 		parts = append(parts, x.extraParts(r.ckpt, key)...)
 	}
@@ -512,8 +557,12 @@ func storedType(ckpt *checkpoint.Checkpoint, key string) (transform.Type, error)
 	if !ok {
 		return transform.Type{}, fmt.Errorf("tensor %s is missing from the checkpoint", key)
 	}
+	return typeOf(t), nil
+}
+
+func typeOf(t *checkpoint.Tensor) transform.Type {
 	info, _ := dtype.FromSafetensors(t.DType)
-	return transform.Type{DType: info.ONNX, Shape: t.Shape}, nil
+	return transform.Type{DType: info.ONNX, Shape: t.Shape}
 }
 
 // hide records a stored tensor that is no weight: a scale strata does not

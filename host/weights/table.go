@@ -85,22 +85,59 @@ func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b
 		byExpr: map[[sha256.Size]byte]string{}, weights: map[string]*pending{}, inits: map[string]*onnxpb.TensorProto{}, leaves: map[*checkpoint.Tensor]struct{}{}, consts: map[string]*onnxpb.TensorProto{}, files: map[string]int{}, byShard: map[string]int{}}
 }
 
+// Reserve sizes the table for about n checkpoint tensors (a whole model's):
+// grown instead, its index of them was 12 MB of Kimi-K2's allocations.
+func (t *Table) Reserve(n int) {
+	if len(t.leaves) == 0 {
+		t.leaves = make(map[*checkpoint.Tensor]struct{}, n)
+	}
+}
+
 // Value returns the graph value for a weight binding, adding what it needs
 // on first use. name names a computed weight (a transform of tensors);
 // plain tensors are named by their key.
 func (t *Table) Value(wb *pb.WeightBinding, name string) (string, error) {
+	var p Prepared
+	p, t.scratch = t.Prepare(wb, t.scratch)
+	return t.ValueOf(p, name)
+}
+
+// Prepared is a binding's weight expression, checked against the
+// checkpoint and digested: what Value computes before it touches the
+// table. Assemblers prepare a layer's bindings while they place the one
+// before (Kimi-K2's 139,000 expert tensors made this a third of the
+// export).
+type Prepared struct {
+	expr   *transform.Expr
+	digest [sha256.Size]byte
+	err    error
+}
+
+// Prepare reads the binding; it only reads the table, so any number may
+// run beside Value and ValueOf. scratch is reused for the digest and
+// returned.
+func (t *Table) Prepare(wb *pb.WeightBinding, scratch []byte) (Prepared, []byte) {
 	e, err := t.expression(wb)
 	if err != nil {
-		return "", err
+		return Prepared{err: err}, scratch
 	}
+	p := Prepared{expr: e}
+	p.digest, scratch = e.AppendDigest(scratch)
+	return p, scratch
+}
+
+// ValueOf is Value of a prepared binding.
+func (t *Table) ValueOf(p Prepared, name string) (string, error) {
+	if p.err != nil {
+		return "", p.err
+	}
+	e, digest := p.expr, p.digest
 	if e.IsLeaf() || e.Op == transform.OpCast && e.Args[0].IsLeaf() {
 		name = t.ckpt.Key(e.Keys()[0])
 	}
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
 	}
-	var digest [sha256.Size]byte
-	digest, t.scratch = e.AppendDigest(t.scratch)
 	if v, ok := t.byExpr[digest]; ok {
 		return v, nil
 	}

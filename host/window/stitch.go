@@ -74,10 +74,14 @@ type Stitcher struct {
 	// referenced are the initializers that reference checkpoint tensors,
 	// by name: their encodings in the stitched model (graph.Builder keeps
 	// them encoded), which a later window's must equal.
-	// Each is kept as a hash of its encoding: 88,000 slices were 2 MB.
-	referenced map[string]uint64
+	// Each is kept as a hash of its encoding (88,000 slices were 2 MB),
+	// under a 128-bit hash of its name: a map without pointers, which no
+	// garbage collection scans (Kimi-K2's 139,000 names were 7 MB of the
+	// live heap of every collection while windows were stitched). Two
+	// names of one hash would be refused as differing, never merged.
+	referenced map[nameHash]uint64
 	seed       maphash.Seed
-	names      func([]byte) string // the string to key a name by
+	nameSeeds  [2]maphash.Seed
 	// From the windows' models: the first's producer, their metadata, specs.
 	producer, producerVersion string
 	props                     map[string]string
@@ -89,8 +93,8 @@ type Stitcher struct {
 // NewStitcher starts a stitched model with the whole model's io.
 func NewStitcher(io IO) *Stitcher {
 	s := &Stitcher{io: io, produced: map[string]*onnxpb.NodeProto{}, inputs: map[string]*onnxpb.ValueInfoProto{},
-		inits: map[string]*onnxpb.TensorProto{}, referenced: map[string]uint64{}, seed: maphash.MakeSeed(), props: map[string]string{},
-		names: func(b []byte) string { return string(b) }}
+		inits: map[string]*onnxpb.TensorProto{}, referenced: map[nameHash]uint64{}, seed: maphash.MakeSeed(), props: map[string]string{},
+		nameSeeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 	for _, v := range io.Inputs {
 		s.inputs[v.Name] = v.Info()
 	}
@@ -217,7 +221,9 @@ func (s *Stitcher) add(w Model) error {
 	}
 	encoded := graph.EncodedReferenced(w.Proto, s.addEncoded)
 	if w.Held != nil && encoded == nil {
-		encoded = graph.EachEncoded(*w.Held, s.addEncoded)
+		if encoded = graph.EachEncoded(*w.Held, s.addEncoded); encoded == nil {
+			w.Held.Recycle() // copied: the next windows reuse its chunks
+		}
 	}
 	if encoded != nil {
 		return encoded
@@ -262,32 +268,41 @@ func (s *Stitcher) addReferenced(t *onnxpb.TensorProto) error {
 	if err != nil {
 		return err
 	}
-	if prev, seen := s.referenced[t.GetName()]; seen {
+	key := s.nameHashString(t.GetName())
+	if prev, seen := s.referenced[key]; seen {
 		s.b.Unreference(raw)
 		return s.sameReferenced(t.GetName(), prev, raw)
 	}
-	s.referenced[t.GetName()] = maphash.Bytes(s.seed, raw)
+	s.referenced[key] = maphash.Bytes(s.seed, raw)
 	return nil
 }
 
 // addEncoded is addReferenced for an initializer a window built in this
 // process holds encoded (graph.Builder.Referenced): no TensorProto at all.
 func (s *Stitcher) addEncoded(name, raw []byte) error {
-	if prev, seen := s.referenced[string(name)]; seen {
+	key := s.nameHash(name)
+	if prev, seen := s.referenced[key]; seen {
 		return s.sameReferenced(string(name), prev, raw)
 	}
-	s.referenced[s.names(name)] = maphash.Bytes(s.seed, s.b.ReferencedEncoded(raw))
+	s.referenced[key] = maphash.Bytes(s.seed, s.b.ReferencedEncoded(raw))
 	return nil
+}
+
+// nameHash keys an initializer's name in Stitcher.referenced.
+type nameHash [2]uint64
+
+func (s *Stitcher) nameHash(name []byte) nameHash {
+	return nameHash{maphash.Bytes(s.nameSeeds[0], name), maphash.Bytes(s.nameSeeds[1], name)}
+}
+
+// nameHashString is nameHash of a string (maphash hashes the two alike).
+func (s *Stitcher) nameHashString(name string) nameHash {
+	return nameHash{maphash.String(s.nameSeeds[0], name), maphash.String(s.nameSeeds[1], name)}
 }
 
 // SpillTo makes the stitched model's builder spill its encoded
 // initializers to sp (graph.Builder.SpillTo).
 func (s *Stitcher) SpillTo(sp *graph.Spill) { s.spill = sp }
-
-// InternNames makes the stitcher key the initializers it keeps by the
-// strings names returns (e.g. the checkpoint's own keys) instead of a copy
-// of each name: 2.5 MB of GLM-4.6's heap.
-func (s *Stitcher) InternNames(names func([]byte) string) { s.names = names }
 
 func (s *Stitcher) sameReferenced(name string, prev uint64, raw []byte) error {
 	if prev != maphash.Bytes(s.seed, raw) {

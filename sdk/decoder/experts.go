@@ -90,8 +90,10 @@ func (s *StoredExperts) stacked(m *Model, l int32, part int) weight.Expr {
 			shape = []int64{h, i}
 		}
 		ws := make([]weight.Expr, s.Count)
+		experts := m.LayerKey(l, "mlp.experts.")
+		suffix := "." + proj + ".weight"
 		for x := range ws { // numeric order: expert 10 after 9
-			ws[x] = weight.Tensor(m.LayerKey(l, ExpertName(x, proj)), shape...)
+			ws[x] = weight.Tensor(experts+strconv.Itoa(x)+suffix, shape...)
 		}
 		return weight.Transpose(weight.Stack(0, ws...), 0, 2, 1)
 	}
