@@ -25,7 +25,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
 	f.Fuzz(func(t *testing.T, file []byte) {
 		var read int64
-		header, err := readHeader(bytes.NewReader(file), int64(len(file)), &read)
+		header, err := readHeader(bytes.NewReader(file), int64(len(file)), &read, nil)
 		if err != nil {
 			return
 		}
