@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"hash"
 	"io"
 	"maps"
 	"path/filepath"
@@ -135,6 +136,9 @@ type exporter struct {
 	// spill takes the encoded initializers of the model being written
 	// (whole, or stitched) off the heap: a scratch file in the output.
 	spill *graph.Spill
+	// modelSum, when set, is given model.onnx's bytes as they are written
+	// (the layerwise manifest records their hash).
+	modelSum hash.Hash
 }
 
 // Run exports ckpt with plugin p. Options and the plugin's answers are
@@ -369,7 +373,7 @@ func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.S
 	if err := e.ctx.Err(); err != nil {
 		return 0, err
 	}
-	return e.out.write(e.ctx, e.ckpt, spec, specFile, m, held, t, extra)
+	return e.out.write(e.ctx, e.ckpt, spec, specFile, m, held, t, extra, e.modelSum)
 }
 
 // modelName is the checkpoint's class (config.json architectures[0]).

@@ -60,6 +60,7 @@ func (e *exporter) layerwise() (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stitching windows: %w", err)
 	}
+	e.modelSum = sha256.New()                     // for the manifest
 	size, err := e.commit(model, held, spec, nil) // windows wrote their weights
 	if err != nil {
 		return nil, err
@@ -469,11 +470,7 @@ func (e *exporter) finishWindows(m *window.Manifest, spec *weights.Spec) error {
 		}
 		m.Windows = nil
 	}
-	sum, err := window.HashFile(e.out.path(ModelFile))
-	if err != nil {
-		return err
-	}
-	m.Model = &window.Output{File: ModelFile, SHA256: sum}
+	m.Model = &window.Output{File: ModelFile, SHA256: hex.EncodeToString(e.modelSum.Sum(nil))}
 	return m.Save(e.out)
 }
 

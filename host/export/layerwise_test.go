@@ -3,7 +3,9 @@ package export
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -181,6 +183,26 @@ func TestRerunSkipsUnchangedWindows(t *testing.T) {
 	}
 	if !bytes.Equal(before["windows/window_0_3.onnx"], after["windows/window_0_3.onnx"]) {
 		t.Error("an unchanged window changed")
+	}
+	checkManifestModel(t, out)
+	export(t, open(t, src), out, Options{Layerwise: true, WindowSize: 4}) // windows let go
+	checkManifestModel(t, out)
+}
+
+// checkManifestModel: the manifest's hash of model.onnx (computed as the
+// model is written) is the file's.
+func checkManifestModel(t *testing.T, out string) {
+	t.Helper()
+	m, err := window.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(out, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(data); m.Model == nil || m.Model.File != ModelFile || m.Model.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("manifest records model %+v; model.onnx hashes to %x", m.Model, sum)
 	}
 }
 
