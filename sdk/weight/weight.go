@@ -29,17 +29,31 @@ func Tensor(key string, shape ...int64) Expr {
 func (e Expr) Proto() *pb.Weight { return e.w }
 
 // Leaves are the checkpoint tensors the expression reads, in order, with
-// their expected shapes.
+// their expected shapes (shared with the expressions built on e: read, do
+// not modify).
 func (e Expr) Leaves() []sdk.ExpectedTensor { return e.leaves }
 
 // Key is the tensor of a leaf expression ("" for a transform).
 func (e Expr) Key() string { return e.w.GetKey() }
 
 func apply(op string, args []Expr, set func(w *pb.Weight)) Expr {
-	out := Expr{w: &pb.Weight{Op: op}}
-	for _, a := range args {
-		out.w.Args = append(out.w.Args, a.w)
-		out.leaves = append(out.leaves, a.leaves...)
+	out := Expr{w: &pb.Weight{Op: op, Args: make([]*pb.Weight, len(args))}}
+	if len(args) == 1 {
+		// One operand's leaves are the result's: shared, not copied (a
+		// transpose of Kimi-K2's 384 stacked experts per layer).
+		out.leaves = args[0].leaves
+	} else {
+		n := 0
+		for _, a := range args {
+			n += len(a.leaves)
+		}
+		out.leaves = make([]sdk.ExpectedTensor, 0, n)
+	}
+	for i, a := range args {
+		out.w.Args[i] = a.w
+		if len(args) > 1 {
+			out.leaves = append(out.leaves, a.leaves...)
+		}
 	}
 	if set != nil {
 		set(out.w)
