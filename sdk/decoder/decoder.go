@@ -263,7 +263,16 @@ func (ls *loads) get(p Plugin, model *pb.Model, opts *pb.ExportOptions) (*Model,
 			return l.m, nil
 		}
 	}
-	m, err := p.loadWith(model, opts, true)
+	// The inventory is the model's whatever the options: Check's (none)
+	// serves Plan's and Build's (70,000 keys indexed once for Kimi-K2).
+	var inv sdk.Inventory
+	for _, l := range ls.last {
+		if l.model == model {
+			inv = l.m.Inventory
+			break
+		}
+	}
+	m, err := p.loadInventory(model, opts, true, inv)
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +281,14 @@ func (ls *loads) get(p Plugin, model *pb.Model, opts *pb.ExportOptions) (*Model,
 }
 
 func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bool) (*Model, error) {
+	return p.loadInventory(model, opts, checkLayers, nil)
+}
+
+// loadInventory is loadWith with model's inventory, made when inv is nil.
+func (p Plugin) loadInventory(model *pb.Model, opts *pb.ExportOptions, checkLayers bool, inv sdk.Inventory) (*Model, error) {
+	if inv == nil {
+		inv = sdk.NewInventory(model)
+	}
 	c, err := hf.Parse(model.GetConfigJson())
 	if err != nil {
 		return nil, err
@@ -300,7 +317,7 @@ func (p Plugin) loadWith(model *pb.Model, opts *pb.ExportOptions, checkLayers bo
 	if r.Config = withDefaults; a.ConfigObject == "" {
 		c = withDefaults
 	}
-	m := &Model{Reader: r, Top: c, arch: a, defaulted: defaulted, Inventory: sdk.NewInventory(model), Export: opts,
+	m := &Model{Reader: r, Top: c, arch: a, defaulted: defaulted, Inventory: inv, Export: opts,
 		modelBuilders: map[string]func(*fn.Func) (*pb.BuildResponse, error){}}
 	if m.Options, err = pluginOptions(opts, p.Name, a.Options); err != nil {
 		return nil, err
