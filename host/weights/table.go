@@ -78,6 +78,20 @@ func (w *pending) sourceKeys() []string {
 	return []string{w.spec.Name} // a tensor as stored is named by its key
 }
 
+// sourceTensors are the tensors w reads, found in ckpt where w does not
+// hold them (transform.Expr.Stored).
+func (w *pending) sourceTensors(ckpt *checkpoint.Checkpoint) []*checkpoint.Tensor {
+	if w.expr == nil && w.spec.packed != nil {
+		return w.spec.packed.Tensors(func(key string) *checkpoint.Tensor { t, _ := ckpt.Tensor(key); return t })
+	}
+	keys := w.sourceKeys()
+	out := make([]*checkpoint.Tensor, len(keys))
+	for i, key := range keys {
+		out[i], _ = ckpt.Tensor(key)
+	}
+	return out
+}
+
 // NewTable collects the weights of ckpt into b, in mode (Reference or
 // Materialize, writing to dataPath).
 func NewTable(ckpt *checkpoint.Checkpoint, q *quant.View, compute dtype.DType, b *graph.Builder, mode, dataPath string) *Table {
@@ -133,7 +147,7 @@ func (t *Table) ValueOf(p Prepared, name string) (string, error) {
 	}
 	e, digest := p.expr, p.digest
 	if e.IsLeaf() || e.Op == transform.OpCast && e.Args[0].IsLeaf() {
-		name = t.ckpt.Key(e.Keys()[0])
+		name = t.storedKey(e.Keys()[0], leafOf(e).Stored)
 	}
 	if e.Op == transform.OpCast {
 		name += "::" + e.To
@@ -144,9 +158,8 @@ func (t *Table) ValueOf(p Prepared, name string) (string, error) {
 	if _, taken := t.weights[name]; taken {
 		return "", fmt.Errorf("two different weights are both named %s", name)
 	}
-	e.EachLeaf(func(key string) { // the sources' files, in first-use order
-		tensor, _ := t.ckpt.Tensor(key)
-		t.checkpointFile(tensor.Shard)
+	e.EachLeafExpr(func(x *transform.Expr) { // the sources' files, in first-use order
+		t.checkpointFile(t.stored(x.Key, x.Stored).Shard)
 	})
 	w := &pending{expr: e, spec: Weight{Name: name, DType: dtype.Name(e.Type.DType), Shape: e.Type.Shape}}
 	if !e.IsLeaf() {
@@ -211,7 +224,7 @@ func (t *Table) expression(wb *pb.WeightBinding) (*transform.Expr, error) {
 			return nil, err
 		}
 	}
-	if err := e.Infer(t.lookup); err != nil {
+	if err := e.InferStored(t.find); err != nil {
 		return nil, t.located(e, err)
 	}
 	if t.mode == Reference && t.quant.Quantized() {
@@ -249,18 +262,50 @@ func (t *Table) located(e *transform.Expr, err error) error {
 
 // lookup types a checkpoint tensor; its errors name the tensor.
 func (t *Table) lookup(key string) (transform.Type, error) {
-	tensor, ok := t.ckpt.Tensor(key)
-	if !ok {
-		return transform.Type{}, fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
-	}
-	info, _ := dtype.FromSafetensors(tensor.DType) // validated when the header was read
-	return transform.Type{DType: info.ONNX, Shape: tensor.Shape}, nil
+	_, typ, err := t.find(key)
+	return typ, err
 }
 
-func (t *Table) sources(keys []string) []Source {
-	out := make([]Source, 0, len(keys))
-	for _, key := range keys {
-		tensor, _ := t.ckpt.Tensor(key)
+// find is lookup with the tensor (transform.Find).
+func (t *Table) find(key string) (*checkpoint.Tensor, transform.Type, error) {
+	tensor, ok := t.ckpt.Tensor(key)
+	if !ok {
+		return nil, transform.Type{}, fmt.Errorf("tensor %s is bound by the plugin but missing from the checkpoint", key)
+	}
+	info, _ := dtype.FromSafetensors(tensor.DType) // validated when the header was read
+	return tensor, transform.Type{DType: info.ONNX, Shape: tensor.Shape}, nil
+}
+
+// stored is the tensor a leaf holds, else the one key names.
+func (t *Table) stored(key string, stored *checkpoint.Tensor) *checkpoint.Tensor {
+	if stored == nil {
+		stored, _ = t.ckpt.Tensor(key)
+	}
+	return stored
+}
+
+// storedKey is key as the checkpoint spells it (its own string).
+func (t *Table) storedKey(key string, stored *checkpoint.Tensor) string {
+	if stored != nil {
+		return stored.Key
+	}
+	return t.ckpt.Key(key)
+}
+
+// leafOf is e's leaf when e is one, or a cast of one; else nil.
+func leafOf(e *transform.Expr) *transform.Expr {
+	if e.Op == transform.OpCast {
+		e = e.Args[0]
+	}
+	if e.IsLeaf() {
+		return e
+	}
+	return nil
+}
+
+func (t *Table) sources(tensors []*checkpoint.Tensor) []Source {
+	out := make([]Source, 0, len(tensors))
+	for _, tensor := range tensors {
 		out = append(out, Source{Tensor: tensor, File: t.checkpointFile(tensor.Shard)})
 	}
 	return out
@@ -297,9 +342,9 @@ type tableGraph struct {
 	last   *onnxpb.NodeProto
 }
 
-func (g *tableGraph) Leaf(key string) (string, error) {
+func (g *tableGraph) Leaf(key string, stored *checkpoint.Tensor) (string, error) {
 	t := g.t
-	tensor, _ := t.ckpt.Tensor(key)
+	tensor := t.stored(key, stored)
 	// The value is named by the checkpoint's own string: the nodes reading
 	// it keep the name, and key may be a copy (a scale's name made from
 	// its weight's: 4.5 MB of Kimi-K2's heap).
@@ -407,7 +452,7 @@ func (t *Table) Weights() []Weight {
 	out := make([]Weight, 0, len(t.weights))
 	for _, w := range t.weights {
 		spec := w.spec
-		spec.Sources = t.sources(w.sourceKeys())
+		spec.Sources = t.sources(w.sourceTensors(t.ckpt))
 		out = append(out, spec)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

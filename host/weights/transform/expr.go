@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
@@ -77,6 +78,10 @@ type Expr struct {
 	To    string  `json:"to,omitempty"`
 
 	Type Type `json:"-"`
+	// Stored is the checkpoint tensor a leaf names, once InferStored found
+	// it: what follows (lowering, the spec's sources) needs no lookup by
+	// key (four per leaf were a sixth of Kimi-K2's export).
+	Stored *checkpoint.Tensor `json:"-"`
 }
 
 // Leaf is the checkpoint tensor key, as stored.
@@ -147,6 +152,15 @@ func (e *Expr) EachLeaf(fn func(key string)) {
 	})
 }
 
+// EachLeafExpr calls fn with each leaf node, in order.
+func (e *Expr) EachLeafExpr(fn func(*Expr)) {
+	e.walk(func(x *Expr) {
+		if x.IsLeaf() {
+			fn(x)
+		}
+	})
+}
+
 func (e *Expr) walk(fn func(*Expr)) {
 	fn(e)
 	for _, a := range e.Args {
@@ -212,32 +226,45 @@ func (e *Expr) String() string {
 // Lookup gives the stored type of a checkpoint tensor.
 type Lookup func(key string) (Type, error)
 
+// Find gives the checkpoint tensor of a key, and its type.
+type Find func(key string) (*checkpoint.Tensor, Type, error)
+
 // Infer checks e against the stored tensors and fills every node's Type.
 // Errors name the operation and what is wrong.
-func (e *Expr) Infer(lookup Lookup) error { return e.infer(lookup, true) }
+func (e *Expr) Infer(lookup Lookup) error { return e.infer(typeOnly(lookup), true) }
+
+// InferStored is Infer that also records each leaf's tensor (Stored).
+func (e *Expr) InferStored(find Find) error { return e.infer(find, true) }
 
 // InferNew types the nodes of e not yet typed (those a rewrite such as
 // HoistDequant or a Cast added above typed nodes, which keep their types):
 // a stack of 160 experts is not looked up again node by node.
-func (e *Expr) InferNew(lookup Lookup) error { return e.infer(lookup, false) }
+func (e *Expr) InferNew(lookup Lookup) error { return e.infer(typeOnly(lookup), false) }
 
-func (e *Expr) infer(lookup Lookup, all bool) error {
+func typeOnly(lookup Lookup) Find {
+	return func(key string) (*checkpoint.Tensor, Type, error) {
+		t, err := lookup(key)
+		return nil, t, err
+	}
+}
+
+func (e *Expr) infer(find Find, all bool) error {
 	typed := !all && e.Type.DType != 0
 	if e.IsLeaf() {
 		if typed {
 			return nil
 		}
-		t, err := lookup(e.Key)
+		stored, t, err := find(e.Key)
 		if err != nil {
 			return err
 		}
-		e.Type = t
+		e.Type, e.Stored = t, stored
 		return nil
 	}
 	// A typed node may have new children (HoistDequant replaces them in
 	// place): they are typed even when it is.
 	for _, a := range e.Args {
-		if err := a.infer(lookup, all); err != nil {
+		if err := a.infer(find, all); err != nil {
 			return err
 		}
 	}

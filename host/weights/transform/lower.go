@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
+	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/sdk/dtype"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
 )
@@ -20,8 +21,9 @@ func GraphType(t dtype.DType) dtype.DType {
 // Graph is where Lower writes: the host's model under construction.
 type Graph interface {
 	// Leaf returns the value holding checkpoint tensor key as stored (an
-	// FP8 tensor as UINT8: opset 17 has no FP8 types).
-	Leaf(key string) (string, error)
+	// FP8 tensor as UINT8: opset 17 has no FP8 types); stored is that
+	// tensor when the leaf has it (Expr.Stored), else nil.
+	Leaf(key string, stored *checkpoint.Tensor) (string, error)
 	// Bytes returns a value holding checkpoint tensor key's bytes as UINT8
 	// of shape (as many bytes): packed codes read without widening them.
 	Bytes(key string, shape []int64) (string, error)
@@ -33,7 +35,7 @@ type Graph interface {
 // the in-graph lowering. It returns the value holding the result.
 func (e *Expr) Lower(g Graph) (string, error) {
 	if e.IsLeaf() {
-		return g.Leaf(e.Key)
+		return g.Leaf(e.Key, e.Stored)
 	}
 	switch e.Op { // these lower their arguments themselves
 	case OpDequant, OpFP8:

@@ -1,5 +1,11 @@
 package transform
 
+import (
+	"slices"
+
+	"github.com/strata-llm/strata/host/checkpoint"
+)
+
 // Packed is an expression stored flat, in prefix order, for holding many
 // once they are lowered: a leaf is its key, 32 bytes where an Expr is 160.
 // Qwen3-235B-FP8's stacks of dequantised experts are 88,000 leaves, 14 MB
@@ -7,20 +13,25 @@ package transform
 type Packed []packedNode
 
 type packedNode struct {
-	key  string // a leaf's key
-	op   *Expr  // an operation's fields, without its arguments (nil: a leaf)
-	args int32  // how many arguments follow
+	key    string             // a leaf's key
+	stored *checkpoint.Tensor // a leaf's tensor, when it was known (Expr.Stored)
+	op     *Expr              // an operation's fields, without its arguments (nil: a leaf)
+	args   int32              // how many arguments follow
 }
 
-// Pack flattens e (nil for nil), each leaf's key as key gives it (the
-// checkpoint's own string, not the copy a plugin's binding or a scale's
-// name made: 6 MB of Qwen3-235B-FP8's).
+// Pack flattens e (nil for nil), each leaf's key its tensor's, else as key
+// gives it (the checkpoint's own string, not the copy a plugin's binding or
+// a scale's name made: 6 MB of Qwen3-235B-FP8's).
 func (e *Expr) Pack(key func(string) string) Packed {
 	if e == nil {
 		return nil
 	}
 	var p Packed
 	e.walk(func(x *Expr) {
+		if x.IsLeaf() && x.Stored != nil {
+			p = append(p, packedNode{key: x.Stored.Key, stored: x.Stored})
+			return
+		}
 		if x.IsLeaf() {
 			p = append(p, packedNode{key: key(x.Key)})
 			return
@@ -59,6 +70,36 @@ func (p Packed) unpack(i int) (*Expr, int) {
 // how many arguments follow it.
 func (p Packed) Node(i int) (key string, op *Expr, args int) {
 	return p[i].key, p[i].op, int(p[i].args)
+}
+
+// Tensors lists the checkpoint tensors the expression reads, in order,
+// each once: a leaf's own (Expr.Stored), else what find gives for its key.
+func (p Packed) Tensors(find func(key string) *checkpoint.Tensor) []*checkpoint.Tensor {
+	out := make([]*checkpoint.Tensor, 0, len(p))
+	var seen map[*checkpoint.Tensor]bool // past a few leaves (a stack of experts)
+	if len(p) > 8 {
+		seen = make(map[*checkpoint.Tensor]bool, len(p))
+	}
+	for _, n := range p {
+		if n.op != nil {
+			continue
+		}
+		t := n.stored
+		if t == nil {
+			t = find(n.key)
+		}
+		switch {
+		case seen != nil:
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+		case slices.Contains(out, t):
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // Keys lists the checkpoint tensors the expression reads, in order, each

@@ -109,7 +109,7 @@ type caseGraph struct {
 	added map[string]bool
 }
 
-func (g *caseGraph) Leaf(key string) (string, error) {
+func (g *caseGraph) Leaf(key string, _ *checkpoint.Tensor) (string, error) {
 	t, _ := g.ckpt.Tensor(key)
 	if !g.added[key] {
 		g.added[key] = true
