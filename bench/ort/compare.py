@@ -6,7 +6,7 @@ For a random LlamaForCausalLM saved in float32 and in bfloat16, it measures
 strata's default export (layer bodies inlined), --subfunctions, --target ort
 (builder-style IO for onnxruntime-genai; "not available" while strata does not
 know the flag), the builder's, and for bfloat16 --subfunctions --weights
-materialize. For each:
+materialize and --target ort --weights materialize. For each:
 - the export: wall, CPU, peak RSS, bytes written;
 - session creation: onnxruntime.InferenceSession with default options in a
   fresh process per run, wall and peak RSS;
@@ -195,7 +195,7 @@ def export_all(args, dtype: str, ckpt: Path, work: Path, row: dict) -> dict:
             label = f"export-{tool}-{dtype}-{i}"
             m = measured(export_cmd(args, tool, flags[tool], ckpt, out, work), work, label, args.timeout)
             if m.get("exit_code", 0) != 0:
-                if tool == "strata_ort":
+                if tool.startswith("strata_ort"):
                     row[tool] = {"unavailable": "not available: " + first_line(work / f"{label}.log")}
                     continue
                 raise SystemExit(f"{tool} export of the {dtype} checkpoint failed: see {work}/{label}.log")

@@ -4,7 +4,8 @@
 
 Checks what a full run relies on:
 - every export's greedy tokens are transformers' at both prompt lengths, and
-  the logits agree;
+  the logits agree (a bfloat16 checkpoint's --target ort, as exported and
+  with --weights materialize, too);
 - strata without --target ort gives that column "not available: <strata's
   first stderr line>" and the run goes on;
 - with --ort-stand-in (the builder's output as the --target ort export) the
@@ -73,6 +74,12 @@ def main() -> int:
         expect(row["builder"]["genai"]["greedy_differs_at"] is None, f"onnxruntime-genai's tokens: {row['builder']['genai']}")
         expect("unavailable" in row["strata"]["genai"], "onnxruntime-genai ran strata's default export, which has no genai_config.json")
 
+        # bfloat16: --target ort beside --target ort --weights materialize (that row's own column).
+        half = run(work, "bfloat16", "--dtypes", "bfloat16")["rows"][0]
+        check_row(half, ["strata_ort", "strata_ort_materialized", "builder"])
+        expect(half["strata_ort_materialized"]["genai"]["greedy_differs_at"] is None,
+               f"onnxruntime-genai on --target ort --weights materialize: {half['strata_ort_materialized']['genai']}")
+
         stand = run(work, "standin", "--ort-stand-in")
         srow = stand["rows"][0]
         check_row(srow, ["strata_ort", "builder"])
@@ -99,7 +106,7 @@ def main() -> int:
         expect("**tokens differ** at step 6" in table, "onnxruntime-genai's short generation is not in the table")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("bench-ort smoke: ok (default, --subfunctions, builder and the --target ort column; genai; shared and growing past; mismatches reported)")
+    print("bench-ort smoke: ok (default, --subfunctions, builder and the --target ort columns, bfloat16's materialised one; genai; shared and growing past; mismatches reported)")
     return 0
 
 
