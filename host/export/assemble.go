@@ -3,6 +3,7 @@ package export
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
@@ -322,6 +323,10 @@ func layerBindings(resp *pb.BuildResponse, layer int32) (*pb.LayerWeights, error
 	return nil, fmt.Errorf("plugin built %s without weight bindings for layer %d", resp.GetFunction().GetName(), layer)
 }
 
+// digestScratch keeps the buffers bindings are digested in from window to
+// window (Kimi-K2's 61 each grew one anew: 11 MB of allocations).
+var digestScratch sync.Pool
+
 // prepareLayers prepares the bindings of the span's layers, in order, one
 // layer ahead of their placing: on two cores, reading the expressions of
 // the next layer's weights overlaps placing this one's. It stops when stop
@@ -330,7 +335,12 @@ func (a *assembler) prepareLayers(stop <-chan struct{}) <-chan []weights.Prepare
 	out := make(chan []weights.Prepared, 1)
 	go func() {
 		defer close(out)
-		var scratch []byte
+		buf, _ := digestScratch.Get().(*[]byte)
+		if buf == nil {
+			buf = new([]byte)
+		}
+		scratch := *buf
+		defer func() { *buf = scratch[:0]; digestScratch.Put(buf) }()
 		for _, l := range a.layers() {
 			lw, err := layerBindings(a.parts.kinds[l.GetKind()], l.GetIndex())
 			if err != nil {

@@ -50,6 +50,7 @@ func (e *exporter) layerwise() (*Result, error) {
 	manifest, warning := window.Load(e.out.Path())
 	manifest.Model = nil
 	st := window.NewStitcher(io)
+	st.Reserve(len(e.ckpt.Sorted()))
 	st.SpillTo(e.spill)
 	written, kept, err := e.exportWindows(spans, manifest, st)
 	if err != nil {

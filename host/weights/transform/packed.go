@@ -13,10 +13,18 @@ import (
 type Packed []packedNode
 
 type packedNode struct {
-	key    string             // a leaf's key
+	key    string             // a leaf's key, when stored is nil
 	stored *checkpoint.Tensor // a leaf's tensor, when it was known (Expr.Stored)
 	op     *Expr              // an operation's fields, without its arguments (nil: a leaf)
 	args   int32              // how many arguments follow
+}
+
+// leafKey is a leaf node's key.
+func (n packedNode) leafKey() string {
+	if n.stored != nil {
+		return n.stored.Key
+	}
+	return n.key
 }
 
 // Pack flattens e (nil for nil), each leaf's key its tensor's, else as key
@@ -26,10 +34,12 @@ func (e *Expr) Pack(key func(string) string) Packed {
 	if e == nil {
 		return nil
 	}
-	var p Packed
+	nodes := 0
+	e.walk(func(*Expr) { nodes++ })
+	p := make(Packed, 0, nodes) // sized once: grown, a stack of 384 experts' was copied 10 times
 	e.walk(func(x *Expr) {
 		if x.IsLeaf() && x.Stored != nil {
-			p = append(p, packedNode{key: x.Stored.Key, stored: x.Stored})
+			p = append(p, packedNode{stored: x.Stored})
 			return
 		}
 		if x.IsLeaf() {
@@ -55,7 +65,7 @@ func (p Packed) Unpack() *Expr {
 func (p Packed) unpack(i int) (*Expr, int) {
 	n := p[i]
 	if n.op == nil {
-		return Leaf(n.key), i + 1
+		return Leaf(n.leafKey()), i + 1
 	}
 	e := *n.op
 	e.Args = make([]*Expr, n.args)
@@ -69,7 +79,7 @@ func (p Packed) unpack(i int) (*Expr, int) {
 // Node is node i: a leaf's key, or an operation without its arguments and
 // how many arguments follow it.
 func (p Packed) Node(i int) (key string, op *Expr, args int) {
-	return p[i].key, p[i].op, int(p[i].args)
+	return p[i].leafKey(), p[i].op, int(p[i].args)
 }
 
 // Tensors lists the checkpoint tensors the expression reads, in order,
@@ -86,7 +96,7 @@ func (p Packed) Tensors(find func(key string) *checkpoint.Tensor) []*checkpoint.
 		}
 		t := n.stored
 		if t == nil {
-			t = find(n.key)
+			t = find(n.leafKey())
 		}
 		switch {
 		case seen != nil:
@@ -108,9 +118,9 @@ func (p Packed) Keys() []string {
 	var keys []string
 	seen := make(map[string]bool, len(p))
 	for _, n := range p {
-		if n.op == nil && !seen[n.key] {
-			seen[n.key] = true
-			keys = append(keys, n.key)
+		if k := n.leafKey(); n.op == nil && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
 		}
 	}
 	return keys
