@@ -421,8 +421,9 @@ type resolver struct {
 	// parts are the stored tensors each weight's dequantisation reads
 	// (true: its values), beside their logical keys: what View.partOf's
 	// naming rule must find (strays).
-	parts  map[string]bool
-	shapes map[shapeID]uint32 // index of each in view.shapes
+	parts   map[string]bool
+	shapes  map[shapeID]uint32 // index of each in view.shapes
+	scratch *transform.Expr    // see expression
 }
 
 // shapeID keys a shape: its dims, or past four its printed form.
@@ -483,7 +484,7 @@ func (r *resolver) shape(shape []int64) uint32 {
 // and checked against their types now, and built again when asked.
 // near are stored parts the caller has at hand, typed without a lookup.
 func (r *resolver) add(key string, how dequantizer, activation string, near ...*checkpoint.Tensor) error {
-	e := how.expr(r.ckpt, key)
+	e := r.expression(key, how, near)
 	lookup := r.lookup
 	if len(near) > 0 {
 		lookup = func(k string) (transform.Type, error) {
@@ -530,6 +531,24 @@ func (r *resolver) add(key string, how dequantizer, activation string, near ...*
 		}
 	}
 	return nil
+}
+
+// expression is how's expression of key, to check. A block-FP8 weight
+// whose two parts are at hand (near) is checked in one scratch expression
+// that serves every such weight: nothing add keeps points into it (Kimi-K2's
+// read built and dropped 69,000, 35 MB).
+func (r *resolver) expression(key string, how dequantizer, near []*checkpoint.Tensor) *transform.Expr {
+	b, ok := how.(*blockFP8)
+	if !ok || len(near) != 2 {
+		return how.expr(r.ckpt, key)
+	}
+	if r.scratch == nil {
+		r.scratch = dequant(nil, transform.Leaf(""), transform.Leaf(""))
+	}
+	e := r.scratch
+	e.Ints, e.Type = b.block, transform.Type{}
+	e.Args[0].Key, e.Args[1].Key = near[0].Key, near[1].Key
+	return e
 }
 
 // dequant is the dequant expression of args with block ints (nil: none).
