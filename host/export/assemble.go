@@ -90,8 +90,9 @@ func (a *assembler) run() error {
 	}
 	sums := map[string]bool{} // the hidden states between parts
 	stop := make(chan struct{})
-	defer close(stop)
-	a.prepared = a.prepareLayers(stop)
+	var prepare sync.WaitGroup
+	defer func() { close(stop); prepare.Wait() }() // no goroutine outlives the assembly
+	a.prepared = a.prepareLayers(stop, &prepare)
 	for _, l := range a.layers() {
 		var err error
 		if hidden, err = a.placeLayer(l, hidden); err != nil {
@@ -330,10 +331,13 @@ var digestScratch sync.Pool
 // prepareLayers prepares the bindings of the span's layers, in order, one
 // layer ahead of their placing: on two cores, reading the expressions of
 // the next layer's weights overlaps placing this one's. It stops when stop
-// is closed. A layer without bindings is left to bind to refuse.
-func (a *assembler) prepareLayers(stop <-chan struct{}) <-chan []weights.Prepared {
+// is closed, and marks wg done. A layer without bindings is left to bind to
+// refuse.
+func (a *assembler) prepareLayers(stop <-chan struct{}, wg *sync.WaitGroup) <-chan []weights.Prepared {
 	out := make(chan []weights.Prepared, 1)
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		defer close(out)
 		buf, _ := digestScratch.Get().(*[]byte)
 		if buf == nil {
