@@ -19,6 +19,9 @@ func TestModelSentOnce(t *testing.T) {
 	} else {
 		done()
 	}
+	if old.Holds(m) {
+		t.Error("a plugin that does not remember models holds one")
+	}
 
 	p := &Plugin{Desc: &pb.DescribeResponse{RemembersModels: true}}
 	first, done := p.model(m)
@@ -28,7 +31,14 @@ func TestModelSentOnce(t *testing.T) {
 	if again, _ := p.model(m); again.GetId() == first.GetId() || len(again.GetTensors()) != 1 {
 		t.Errorf("before the first call returned, a second sent %v", again)
 	}
+	if p.Holds(m) {
+		t.Error("the plugin holds a model no call has succeeded with")
+	}
 	done()
+	if !p.Holds(m) || p.Holds(other) {
+		t.Errorf("after a call succeeded: holds m %v, holds another %v", p.Holds(m), p.Holds(other))
+	}
+	m.Tensors = nil // what the caller may do now: later calls send the id
 	if later, _ := p.model(m); later.GetId() != first.GetId() || later.GetTensors() != nil || later.GetConfigJson() != nil {
 		t.Errorf("after a call succeeded, sent %v, want id %s alone", later, first.GetId())
 	}

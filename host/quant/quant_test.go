@@ -125,6 +125,11 @@ func TestRead(t *testing.T) {
 		{name: "fine-grained fp8, fused experts", qc: fineFP8,
 			tensors: tensors{tensor("e.gate_up_proj", "F8_E4M3", 4, 256, 130), tensor("e.gate_up_proj_scale_inv", "F32", 4, 2, 2)},
 			want:    map[string]string{"e.gate_up_proj": "[4 256 130] dequant(e.gate_up_proj, e.gate_up_proj_scale_inv)"}},
+		{name: "fine-grained fp8, a per-tensor scale beside block grids", qc: fineFP8,
+			tensors: with(fp8Linear, tensor("k.weight", "F8_E4M3", 64, 32), tensor("k.weight_scale_inv", "F32")),
+			want: map[string]string{"q.weight": "[200 130] dequant(q.weight, q.weight_scale_inv)", "k.weight": "[64 32] dequant(k.weight, k.weight_scale_inv)"}},
+		{name: "fine-grained fp8, a tensor sorted between weight and scale", qc: fineFP8, tensors: with(fp8Linear, tensor("q.weightA", "BF16", 2)),
+			want: map[string]string{"q.weight": "[200 130] dequant(q.weight, q.weight_scale_inv)"}},
 		{name: "fp8 scale missing", qc: fineFP8, tensors: without(fp8Linear, "q.weight_scale_inv"), wantErr: "q.weight_scale_inv, its scale, is missing"},
 		{name: "fp8 scale of the wrong grid", qc: fineFP8, tensors: tensors{tensor("q.weight", "F8_E4M3", 200, 130), tensor("q.weight_scale_inv", "F32", 1, 1)},
 			wantErr: "q.weight: dequant(q.weight, q.weight_scale_inv): scale [1 1] is not the grid of [128 128] blocks of weight [200 130] (want [2 2])"},
@@ -189,11 +194,19 @@ func TestRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := map[string]string{}
+			activations := false
 			for _, w := range v.Weights() {
 				got[w.Key] = fmt.Sprintf("%v %s", w.Shape, w.Dequant())
 				if w.Activation != "" {
 					got[w.Key] += " activations " + w.Activation
+					activations = true
 				}
+				if w.Key == "k.weight" && tc.qc == fineFP8 && w.Dequant().Ints != nil {
+					t.Errorf("k.weight's scale is one value, but it is dequantised in blocks %v", w.Dequant().Ints)
+				}
+			}
+			if v.QuantizesActivations() != activations {
+				t.Errorf("QuantizesActivations() = %v; a weight's activations are quantised: %v", v.QuantizesActivations(), activations)
 			}
 			if !maps.Equal(got, tc.want) {
 				t.Errorf("weights %v, want %v", got, tc.want)
