@@ -127,7 +127,7 @@ func TestRead(t *testing.T) {
 			want:    map[string]string{"e.gate_up_proj": "[4 256 130] dequant(e.gate_up_proj, e.gate_up_proj_scale_inv)"}},
 		{name: "fine-grained fp8, a per-tensor scale beside block grids", qc: fineFP8,
 			tensors: with(fp8Linear, tensor("k.weight", "F8_E4M3", 64, 32), tensor("k.weight_scale_inv", "F32")),
-			want: map[string]string{"q.weight": "[200 130] dequant(q.weight, q.weight_scale_inv)", "k.weight": "[64 32] dequant(k.weight, k.weight_scale_inv)"}},
+			want:    map[string]string{"q.weight": "[200 130] dequant(q.weight, q.weight_scale_inv)", "k.weight": "[64 32] dequant(k.weight, k.weight_scale_inv)"}},
 		{name: "fine-grained fp8, a tensor sorted between weight and scale", qc: fineFP8, tensors: with(fp8Linear, tensor("q.weightA", "BF16", 2)),
 			want: map[string]string{"q.weight": "[200 130] dequant(q.weight, q.weight_scale_inv)"}},
 		{name: "fp8 scale missing", qc: fineFP8, tensors: without(fp8Linear, "q.weight_scale_inv"), wantErr: "q.weight_scale_inv, its scale, is missing"},
