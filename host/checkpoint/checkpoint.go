@@ -177,7 +177,7 @@ func (c *Checkpoint) readShards() error {
 	}
 	// The index is checked against the headers while the tensors are
 	// sorted: each reads what the other does not write (Kimi-K2's
-	// 139,000 tensors: 40 ms each).
+	// 139,000 tensors: 42 and 33 ms).
 	checked := make(chan error, 1)
 	go func() { checked <- c.checkIndex(index) }()
 	c.sort()

@@ -14,8 +14,8 @@ import (
 
 // TestMistakenPluginFailsExport runs `strata export` of the tiny Llama with
 // the fake plugin's modes that return a layer part with one mistake: each
-// must fail with exit status 1 and an error naming the plugin, the part and
-// the value, before anything is written.
+// must fail with exit status 1 and an error naming the plugin, the part (or
+// layer) and the value, before anything is written.
 func TestMistakenPluginFailsExport(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
@@ -26,6 +26,9 @@ func TestMistakenPluginFailsExport(t *testing.T) {
 			`(it passes the inputs hidden_states, position_ids; the caches past_key, past_value; the context values cos, sin, mask, cache_read_indices, cache_read_invalid); did you mean mask?`,
 		"no-cache-output": `strata: error: plugin fake-no-cache-output: part layer kind "decoder": the kind declares cache "past_value", ` +
 			`but the function has no output "past_value_RetainedState", its retained state (outputs: hidden_states_out, past_key_RetainedState)`,
+		// Found by the goroutine preparing the next layer's bindings while one is placed.
+		"missing-tensor": `strata: error: assembling layers 0-1 from plugin fake-missing-tensor: layers.1: input self_attn.q_proj.weight: ` +
+			`tensor model.layers.1.self_attn.q_proj.weight.missing is bound by the plugin but missing from the checkpoint`,
 	}
 	dir := t.TempDir()
 	strata, err := testbin.Build(dir, "strata", "./cmd/strata")

@@ -113,11 +113,6 @@ func (b blockFP8) expr(_ *checkpoint.Checkpoint, key string) *transform.Expr {
 	return dequant(b.block, transform.Leaf(key), transform.Leaf(key+fp8ScaleSuffix))
 }
 
-// scalarShape: the tensor is one value of rank below 2 (a per-tensor
-// scale); a [1, 1] grid is still checked against the block size.
-func scalarShape(c *checkpoint.Checkpoint, key string) bool {
-	t, _ := c.Tensor(key)
-	return isScalar(t)
-}
-
+// isScalar: the tensor is one value of rank below 2 (a per-tensor scale);
+// a [1, 1] grid is still checked against the block size.
 func isScalar(t *checkpoint.Tensor) bool { return t.Elements() == 1 && len(t.Shape) < 2 }

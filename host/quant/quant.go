@@ -21,7 +21,6 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
-	"github.com/strata-llm/strata/sdk/dtype"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -284,7 +283,7 @@ func (v *View) Inventory(ckpt *checkpoint.Checkpoint) []*pb.TensorInfo {
 	// A weight stored under its own key (fine-grained FP8) takes its
 	// place in the checkpoint's order; one whose values are stored under
 	// another (a packed weight) is added after, and the list sorted: a
-	// sort of Kimi-K2's 69,000 expert weights was 7% of its export.
+	// sort of Kimi-K2's 69,000 expert weights was 47 ms, 3% of its CPU.
 	var weights map[string]weightRef
 	if v != nil {
 		weights = v.weights
@@ -490,14 +489,17 @@ func (r *resolver) add(key string, how dequantizer, activation string, near ...*
 		lookup = func(k string) (transform.Type, error) {
 			for _, t := range near {
 				if t.Key == k {
-					return typeOf(t), nil
+					return transform.TypeOf(t), nil
 				}
 			}
 			return r.lookup(k)
 		}
-		if near[0].Key == key {
-			key = near[0].Key // the checkpoint's own string, kept by the view
-		}
+	}
+	// The view keeps the checkpoint's own string of the key.
+	if len(near) > 0 && near[0].Key == key {
+		key = near[0].Key
+	} else {
+		key = r.ckpt.Key(key)
 	}
 	if err := e.Infer(lookup); err != nil {
 		return fmt.Errorf("quantised weight %s: %w", key, err)
@@ -517,9 +519,6 @@ func (r *resolver) add(key string, how dequantizer, activation string, near ...*
 	packed := parts[0] != key
 	if packed && parts[0] != strings.TrimSuffix(key, ".weight")+packedSuffix {
 		return fmt.Errorf("quantised weight %s: its values are stored as %s, which strata does not name: please report this checkpoint's layout", key, parts[0])
-	}
-	if len(near) == 0 || near[0].Key != key {
-		key = r.ckpt.Key(key)
 	}
 	r.view.weights[key] = weightRef{how: i, activation: uint16(a), shape: r.shape(e.Type.Shape), packed: packed}
 	if x, ok := how.(extraParts); ok {
@@ -576,12 +575,7 @@ func storedType(ckpt *checkpoint.Checkpoint, key string) (transform.Type, error)
 	if !ok {
 		return transform.Type{}, fmt.Errorf("tensor %s is missing from the checkpoint", key)
 	}
-	return typeOf(t), nil
-}
-
-func typeOf(t *checkpoint.Tensor) transform.Type {
-	info, _ := dtype.FromSafetensors(t.DType)
-	return transform.Type{DType: info.ONNX, Shape: t.Shape}
+	return transform.TypeOf(t), nil
 }
 
 // hide records a stored tensor that is no weight: a scale strata does not

@@ -27,6 +27,8 @@
 //	                weight instead of the function's formal input
 //	context-typo    the layer's formal input "mask" is misspelt "msk"
 //	no-cache-output the layer function lacks past_value_RetainedState
+//	missing-tensor  the last layer binds its q_proj weight to a key the
+//	                checkpoint lacks (found once the host assembles it)
 package main
 
 import (
@@ -73,6 +75,7 @@ var mistakes = map[string]func(*pb.BuildResponse){
 	"weight-name":     readWeightName,
 	"context-typo":    misspellInput("mask", "msk"),
 	"no-cache-output": dropOutput("past_value" + sdk.RetainedSuffix),
+	"missing-tensor":  bindMissing("self_attn.q_proj.weight"),
 }
 
 // llama is the llama plugin's architecture, which the mistake modes export.
@@ -102,6 +105,19 @@ func readWeightName(resp *pb.BuildResponse) {
 			if in == formal {
 				n.Input[i] = key
 				return
+			}
+		}
+	}
+}
+
+// bindMissing binds the last layer's formal input to a key the checkpoint
+// does not hold.
+func bindMissing(formal string) func(*pb.BuildResponse) {
+	return func(resp *pb.BuildResponse) {
+		layers := resp.GetWeights()
+		for _, b := range layers[len(layers)-1].GetBindings() {
+			if b.GetInput() == formal {
+				b.Key += ".missing"
 			}
 		}
 	}

@@ -111,17 +111,3 @@ func (p Packed) Tensors(find func(key string) *checkpoint.Tensor) []*checkpoint.
 	}
 	return out
 }
-
-// Keys lists the checkpoint tensors the expression reads, in order, each
-// once (as Expr.Keys).
-func (p Packed) Keys() []string {
-	var keys []string
-	seen := make(map[string]bool, len(p))
-	for _, n := range p {
-		if k := n.leafKey(); n.op == nil && !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
