@@ -3,7 +3,6 @@ package convert
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 
@@ -70,10 +69,8 @@ func (o *outDir) busy(r [2]int64, advice string) error {
 // file strata wrote, reached through no link), then by path, which must
 // lead to that same file.
 func (o *outDir) openLock() (*os.File, error) {
-	if !o.d.Owned(LayersLock) {
-		if err := o.d.WriteFileNew(LayersLock, nil); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, err
-		}
+	if _, err := o.d.WriteFileOnce(LayersLock, nil); err != nil {
+		return nil, err
 	}
 	ro, err := o.d.Open(LayersLock)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -325,13 +324,15 @@ func prepareOut(ctx context.Context, inv *inventory, out string, p *plan) (_ *ou
 	}()
 	o := &outDir{d: d, dir: d.Abs(), p: p, run: p.runInfo()}
 	runRel := ManifestDir + "/" + runFile
-	if !d.Owned(runRel) {
-		// Runs of --layers starting at once race to make it: one does,
-		// the others compare their options with the winner's.
-		err := writeJSONWith(d.WriteFileNew, runRel, o.run)
-		if !errors.Is(err, fs.ErrExist) {
-			return o, err
-		}
+	// Runs of --layers starting at once race to make it: one does, the
+	// others compare their options with the winner's.
+	made := false
+	err = writeJSONWith(func(rel string, data []byte) (err error) {
+		made, err = d.WriteFileOnce(rel, data)
+		return err
+	}, runRel, o.run)
+	if err != nil || made {
+		return o, err
 	}
 	data, err := d.ReadFile(runRel)
 	if err != nil {

@@ -438,29 +438,59 @@ var controlFiles = []struct {
 // elsewhere) or one that holds what strata never writes there.
 func (d *Dir) checkControls() error {
 	for _, c := range controlFiles {
-		fd, err := unix.Openat(d.fd, c.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			continue
-		case errors.Is(err, unix.ELOOP):
-			return foreignControl(d.path, c.name, "is a symlink")
-		case err != nil:
-			return &Error{Dir: d.path, Reason: "cannot read its control file " + c.name, Err: err}
-		}
-		f := os.NewFile(uintptr(fd), c.name)
-		why := notOurs(fd)
-		if why == "" {
-			data, err := io.ReadAll(io.LimitReader(f, 256<<20))
-			if err != nil || !c.ours(data) {
-				why = "does not hold what strata writes there"
+		// A writer sharing the directory may rename a new manifest over
+		// the one opened here: read again what was replaced meanwhile.
+		for attempt := 0; ; attempt++ {
+			replaced, err := d.checkControl(c.name, c.ours)
+			if err != nil {
+				return err
 			}
-		}
-		f.Close()
-		if why != "" {
-			return foreignControl(d.path, c.name, why)
+			if !replaced {
+				break
+			}
+			if attempt == 3 {
+				return foreignControl(d.path, c.name, "keeps being replaced while strata reads it")
+			}
 		}
 	}
 	return nil
+}
+
+// checkControl checks one control file; replaced says it was renamed over
+// (its last link gone) while it was read, so nothing could be told.
+func (d *Dir) checkControl(name string, ours func([]byte) bool) (replaced bool, err error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	case errors.Is(err, unix.ELOOP):
+		return false, foreignControl(d.path, name, "is a symlink")
+	case err != nil:
+		return false, &Error{Dir: d.path, Reason: "cannot read its control file " + name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	why := notOurs(fd)
+	if why == "" {
+		data, err := io.ReadAll(io.LimitReader(f, 256<<20))
+		if err != nil || !ours(data) {
+			why = "does not hold what strata writes there"
+		}
+	}
+	if why != "" && unlinked(fd) {
+		return true, nil
+	}
+	if why != "" {
+		return false, foreignControl(d.path, name, why)
+	}
+	return false, nil
+}
+
+// unlinked reports whether the open file fd has no name left (renamed
+// over, or removed).
+func unlinked(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Nlink == 0
 }
 
 // notOurs says why the open file fd cannot be a control file strata made:
@@ -1286,6 +1316,36 @@ func (d *Dir) WriteFileNew(rel string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", d.Join(rel), err)
 	}
 	return f.Commit()
+}
+
+// WriteFileOnce makes rel with data unless a writer (another process
+// sharing the directory, too) made it first, and returns once rel is in
+// place either way; made says which. A writer records a file in the
+// directory's manifest before it renames it into place: one that finds rel
+// recorded but absent (that writer between the two steps, or killed there)
+// tries to make it itself.
+func (d *Dir) WriteFileOnce(rel string, data []byte) (made bool, err error) {
+	for attempt := 0; ; attempt++ {
+		if d.Owned(rel) && d.Exists(rel) {
+			return false, nil
+		}
+		err := d.WriteFileNew(rel, data)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, fs.ErrExist):
+			return false, err
+		case !d.Owned(rel) || attempt == 3:
+			// There, and no writer recorded it (the attempt merged what
+			// the others recorded): Open says why it is not strata's.
+			f, err := d.Open(rel)
+			if err != nil {
+				return false, err
+			}
+			f.Close()
+			return false, nil
+		}
+	}
 }
 
 // WriteFileUnsynced is WriteFile without the fsync, for a file whose reader

@@ -475,3 +475,37 @@ func TestScratchLeavesNoName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// WriteFileOnce makes a file once among writers sharing a directory: the
+// first makes it; one that finds it recorded by another writer but not yet
+// in place (that writer between recording and renaming, or killed there)
+// makes it itself; later ones find it; a file no writer recorded is
+// refused, not taken.
+func TestWriteFileOnce(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	a := openShared(t, out)
+	// a records m/run.json as a writer does just before renaming it there.
+	if err := a.record("m/run.json", Entry{Kind: kindFile, Ino: 1}, true); err != nil {
+		t.Fatal(err)
+	}
+	b := openShared(t, out)
+	if !b.Owned("m/run.json") || b.Exists("m/run.json") {
+		t.Fatalf("b should see m/run.json recorded and absent: owned %v, exists %v", b.Owned("m/run.json"), b.Exists("m/run.json"))
+	}
+	if made, err := b.WriteFileOnce("m/run.json", []byte("b")); err != nil || !made {
+		t.Fatalf("recorded but absent: made %v, %v", made, err)
+	}
+	if made, err := a.WriteFileOnce("m/run.json", []byte("a")); err != nil || made {
+		t.Fatalf("already there: made %v, %v", made, err)
+	}
+	if got, err := a.ReadFile("m/run.json"); err != nil || string(got) != "b" {
+		t.Errorf("a reads %q, %v; want b's", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "m", "foreign.json"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if made, err := a.WriteFileOnce("m/foreign.json", []byte("a")); err == nil || made {
+		t.Errorf("a file no writer recorded: made %v, %v; want a refusal", made, err)
+	}
+}
