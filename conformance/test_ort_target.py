@@ -41,12 +41,22 @@ def export_ort(fx, out, *args):
 class Session:
     """A --target ort model run as onnxruntime-genai runs it: input_ids and
     attention_mask (1 for every token so far; right padding), each step's
-    present.{i}.* fed back as past_key_values.{i}.*."""
+    present.{i}.* fed back as past_key_values.{i}.*. Its logits are every
+    position's, or with --logits last each row's last valid token's."""
 
     def __init__(self, path):
         self.sess = ortrun.session(path)
         self.names = [o.name for o in self.sess.get_outputs()]
         self.inputs = {i.name: i for i in self.sess.get_inputs()}
+        self.last_only = self.sess.get_outputs()[0].shape[1] == 1
+
+    def last_rows(self, logits, lengths, past):
+        """Each row's logits of its last valid token, [B,V], from a step
+        after past tokens, after which the rows hold lengths tokens."""
+        if self.last_only:
+            assert logits.shape[1] == 1, logits.shape
+            return logits[:, 0]
+        return logits[np.arange(len(lengths)), np.asarray(lengths) - 1 - past]
 
     def empty(self, batch):
         past = {}
@@ -68,7 +78,7 @@ class Session:
         """Logits [1 + steps, B, V] as the fixtures record them."""
         lengths = np.asarray(lengths)
         logits, past = self.step(prompts, lengths, self.empty(len(prompts)))
-        out = [logits[np.arange(len(prompts)), lengths - 1]]
+        out = [self.last_rows(logits, lengths, 0)]
         for s in range(decode_tokens.shape[1]):
             logits, past = self.step(decode_tokens[:, s : s + 1], lengths + s + 1, past)
             out.append(logits[:, 0])
@@ -77,7 +87,7 @@ class Session:
     def greedy(self, prompts, lengths, n):
         lengths = np.asarray(lengths)
         logits, past = self.step(prompts, lengths, self.empty(len(prompts)))
-        token = logits[np.arange(len(prompts)), lengths - 1].argmax(-1)
+        token = self.last_rows(logits, lengths, 0).argmax(-1)
         tokens = [token]
         for s in range(n - 1):
             logits, past = self.step(token[:, None], lengths + s + 1, past)
@@ -113,11 +123,13 @@ def test_logits_match_transformers(name, tmp_path):
     assert diffs.max() <= TOLERANCE, f"{name}: --target ort logits differ from transformers: {diffs}"
 
 
-@pytest.mark.parametrize("args", [["--dtype", "float16"], ["--subfunctions"]], ids=["float16", "subfunctions"])
-@pytest.mark.parametrize("name", ["llama-f32-base", "qwen3-f32-bias-tied", "mistral-f32-sliding"])
+@pytest.mark.parametrize("args", [["--dtype", "float16"], ["--subfunctions"], ["--logits", "last"], ["--logits", "last", "--subfunctions"]],
+                         ids=["float16", "subfunctions", "last", "last-subfunctions"])
+@pytest.mark.parametrize("name", ["llama-f32-base", "qwen3-f32-bias-tied", "mistral-f32-sliding", "qwen3moe-f32-top2-norm"])
 def test_other_forms(name, args, tmp_path):
     """--subfunctions computes the same; --dtype float16 within 2% of the
-    logits' scale, as the default form's float16 test allows."""
+    logits' scale, as the default form's float16 test allows; --logits last
+    gives each row of the right-padded batch its last token's logits."""
     fx = Fixture(name)
     export_ort(fx, tmp_path / "out", *args)
     got = Session(str(tmp_path / "out" / "model.onnx")).run(fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"])
@@ -136,15 +148,18 @@ def test_greedy_matches_transformers(name, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("logits", ["all", "last"])
 @pytest.mark.parametrize("name", GENAI_FIXTURES)
-def test_genai_generates_transformers_greedy(name, tmp_path):
+def test_genai_generates_transformers_greedy(name, logits, tmp_path):
     """onnxruntime_genai.Model(DIR) and its Generator (greedy search, its
-    shared past/present buffer) generate transformers' greedy tokens."""
+    shared past/present buffer) generate transformers' greedy tokens, from
+    every position's logits and from the last token's (a pruned model to
+    genai)."""
     import onnxruntime_genai as og
 
     fx = Fixture(name)
     out = tmp_path / "out"
-    export_ort(fx, out, "--link", "copy")
+    export_ort(fx, out, "--link", "copy", "--logits", logits)
     want = greedy_reference(name)
     # The reference generates past the end token (eos_token_id=None); genai
     # stops at it (min_length would mask its logit instead): give genai an
@@ -187,6 +202,57 @@ def test_io_and_ops(tmp_path):
     # Every residual add fused with the norm after it (within a layer and
     # across layers, into the final norm): no Add left but the RoPE's.
     assert sum(n.op_type == "SkipSimplifiedLayerNormalization" for n in m.graph.node) == 2 * layers
+
+
+def test_last_token_logits_io(tmp_path):
+    """--logits last: logits [batch_size, 1, vocab] with a fixed 1 (what
+    onnxruntime-genai reads as a pruned model); nothing else changes."""
+    fx = Fixture("llama-f32-base")
+    export_ort(fx, tmp_path / "all")
+    export_ort(fx, tmp_path / "last", "--logits", "last")
+    graphs = {k: onnx.load(str(tmp_path / k / "model.onnx"), load_external_data=False).graph for k in ("all", "last")}
+    dims = {k: [d.dim_param or d.dim_value for d in g.output[0].type.tensor_type.shape.dim] for k, g in graphs.items()}
+    assert dims == {"all": ["batch_size", "sequence_length", 128], "last": ["batch_size", 1, 128]}
+    assert [i.name for i in graphs["all"].input] == [i.name for i in graphs["last"].input]
+    assert [o.name for o in graphs["all"].output] == [o.name for o in graphs["last"].output]
+    assert {i.name for i in graphs["all"].initializer} == {i.name for i in graphs["last"].initializer}
+
+
+@pytest.mark.parametrize("name", ["llama-f32-base", "qwen3moe-f32-top2-norm", "mistral-f32-sliding"])
+def test_last_token_logits_chunked_prefill(name, tmp_path):
+    """Prompts prefilled in chunks of 3 tokens (each chunk's last logits
+    against the every-position export's at that token), then decoded:
+    transformers' logits at the prompt's end and each decode step."""
+    fx = Fixture(name)
+    export_ort(fx, tmp_path / "all")
+    export_ort(fx, tmp_path / "last", "--logits", "last")
+    full, last = Session(str(tmp_path / "all" / "model.onnx")), Session(str(tmp_path / "last" / "model.onnx"))
+    for row, n in enumerate(fx.ref["prompt_lengths"]):
+        prompt = fx.ref["prompts"][row : row + 1, :n]
+        every, _ = full.step(prompt, [n], full.empty(1))
+        past = last.empty(1)
+        for start in range(0, n, 3):
+            chunk = prompt[:, start : start + 3]
+            logits, past = last.step(chunk, [start + chunk.shape[1]], past)
+            assert logits.shape == (1, 1, every.shape[-1])
+            np.testing.assert_allclose(logits[0, 0], every[0, start + chunk.shape[1] - 1], atol=1e-5, rtol=0)
+        got = [logits[0, 0]]
+        for s, token in enumerate(fx.ref["decode_tokens"][row]):
+            logits, past = last.step(np.array([[token]]), [n + s + 1], past)
+            got.append(logits[0, 0])
+        diff = np.abs(np.stack(got) - fx.ref["logits"][:, row]).max()
+        assert diff <= TOLERANCE, f"{name} row {row}: max |Δlogits| {diff:.2e}"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--logits", "all"], "--logits all needs --target ort"),
+    (["--target", "ort", "--logits", "first"], 'unknown --logits "first"'),
+])
+def test_logits_option_refusals(args, message, tmp_path):
+    fx = Fixture("llama-f32-base")
+    proc = subprocess.run([STRATA, "export", fx.model, "--out", str(tmp_path / "out"), *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_genai_config_and_tokenizer_files(tmp_path):

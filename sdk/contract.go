@@ -88,6 +88,13 @@ const PartModel = "model"
 // of ONNX Runtime's form: its contrib ops and onnxruntime-genai's decoder IO.
 const TargetORT = "ort"
 
+// The rows of logits (ExportOptions.logits, --logits): every position, or
+// each row's last valid token.
+const (
+	LogitsAll  = "all"
+	LogitsLast = "last"
+)
+
 // AttentionMask is the graph input of --target ort, [batch_size,
 // total_sequence_length] int64: 1 for the tokens so far, past and new.
 const AttentionMask = "attention_mask"

@@ -8,6 +8,8 @@ from __future__ import annotations
 # Materialising weights only changes a half-precision checkpoint's export: it
 # writes the float32 weights ONNX Runtime would otherwise fold at every load
 # (as the builder does), so a bfloat16 row measures it beside each form.
+# --logits last is the serving form of --target ort: the prefill projects
+# each row's last token only (onnxruntime-genai reads nothing else).
 TOOLS = (("strata", "strata export", [], None),
          ("strata_subfunctions", "strata export --subfunctions", ["--subfunctions"], None),
          ("strata_materialized", "strata export --subfunctions --weights materialize",
@@ -15,6 +17,9 @@ TOOLS = (("strata", "strata export", [], None),
          ("strata_ort", "strata export --target ort", ["--target", "ort"], None),
          ("strata_ort_materialized", "strata export --target ort --weights materialize",
           ["--target", "ort", "--weights", "materialize"], {"bfloat16"}),
+         ("strata_ort_last", "strata export --target ort --logits last", ["--target", "ort", "--logits", "last"], None),
+         ("strata_ort_materialized_last", "strata export --target ort --weights materialize --logits last",
+          ["--target", "ort", "--weights", "materialize", "--logits", "last"], {"bfloat16"}),
          ("builder", "ONNX Runtime GenAI builder", None, None))
 
 

@@ -69,14 +69,16 @@ def main() -> int:
             expect(row["strata_ort"]["unavailable"].startswith("not available: strata: "),
                    f"the --target ort column says {row['strata_ort']['unavailable']!r}, not strata's error")
             expect(row["strata_ort"]["unavailable"] in report.tables(plain), "the table leaves out why --target ort is not available")
-        else:  # strata knows --target ort: its export is served like the others
-            check_row(row, ["strata_ort"])
+        else:  # strata knows --target ort: its exports are served like the others
+            check_row(row, ["strata_ort", "strata_ort_last"])
+            expect(row["strata_ort_last"]["genai"]["greedy_differs_at"] is None,
+                   f"onnxruntime-genai on --target ort --logits last: {row['strata_ort_last']['genai']}")
         expect(row["builder"]["genai"]["greedy_differs_at"] is None, f"onnxruntime-genai's tokens: {row['builder']['genai']}")
         expect("unavailable" in row["strata"]["genai"], "onnxruntime-genai ran strata's default export, which has no genai_config.json")
 
         # bfloat16: --target ort beside --target ort --weights materialize (that row's own column).
         half = run(work, "bfloat16", "--dtypes", "bfloat16")["rows"][0]
-        check_row(half, ["strata_ort", "strata_ort_materialized", "builder"])
+        check_row(half, ["strata_ort", "strata_ort_materialized", "strata_ort_materialized_last", "builder"])
         expect(half["strata_ort_materialized"]["genai"]["greedy_differs_at"] is None,
                f"onnxruntime-genai on --target ort --weights materialize: {half['strata_ort_materialized']['genai']}")
 

@@ -29,6 +29,7 @@ func exportCommand() *cli.Command {
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace the files strata's manifest in DIR records even if they changed since (a damaged export, as strata check reports it); anything else in DIR is still refused"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "build the model in memory and report what would be written (files and sizes, model.onnx's inputs and outputs, windows, what is read); DIR is not created and nothing is written"},
 			&cli.StringFlag{Name: "target", Value: export.TargetQAIC, Usage: "the graph's form: qaic (QEfficient's IO and ops, for the Qualcomm AI 100 toolchain and strata compile) or ort (ONNX Runtime's contrib ops and onnxruntime-genai's decoder IO, with genai_config.json and the tokenizer files: for serving with ONNX Runtime); plugins list their targets in `strata archs`"},
+			&cli.StringFlag{Name: "logits", Usage: "the rows of logits with --target ort: all (every position, [batch, sequence_length, vocab]: the default) or last (each row's last valid token, [batch, 1, vocab]: what generation reads; onnxruntime-genai runs it as a pruned model, prefill skips the vocabulary projection of every other position and its buffer); the qaic form's are always the last token's"},
 			jsonFlag(),
 		}, exportFlags()...),
 		Action: func(c *cli.Context) error {
@@ -133,7 +134,7 @@ func exportOptions(c *cli.Context, out string) (export.Options, error) {
 		Out: out, ComputeDType: c.String("dtype"), Link: c.String("link"), Version: version,
 		ContinuousBatching: c.Bool("continuous-batching"), CCL: c.Bool("ccl"),
 		Weights: c.String("weights"), WeightSpec: c.String("weight-spec"), Subfunctions: c.Bool("subfunctions"), Layerwise: c.Bool("layerwise"), WindowSize: c.Int("window-size"),
-		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"), Target: c.String("target"),
+		KeepWindows: c.Bool("keep-windows"), Jobs: c.Int("jobs"), Models: c.StringSlice("extra-model"), Target: c.String("target"), Logits: c.String("logits"),
 		Progress: progressOut(c), TTY: isTerminal(c.App.ErrWriter),
 	}
 	var err error

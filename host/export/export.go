@@ -67,6 +67,10 @@ type Options struct {
 	// Target is the graph's form: TargetQAIC (or "", the default) or
 	// TargetORT (ONNX Runtime's, for a plugin declaring it; ort.go).
 	Target string
+	// Logits are the rows of logits: sdk.LogitsAll (every position: the
+	// ORT form's default) or sdk.LogitsLast (each row's last valid token:
+	// the QAIC form's only one); "" the target's own.
+	Logits string
 
 	// Models are separate models to export beside model.onnx (names the
 	// plugin declares in its capabilities), each as <name>.onnx.
@@ -155,7 +159,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	}
 	e.model = Model(ckpt, e.quant)
 	exportOpts := &pb.ExportOptions{ComputeDtype: dtype.Name(e.compute), ContinuousBatching: e.opts.ContinuousBatching,
-		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions, Target: e.opts.Target}
+		Ccl: e.opts.CCL, PluginOptions: e.opts.PluginOptions, Target: e.opts.Target, Logits: e.opts.Logits}
 	if err := targetGuard(p, ckpt.ModelType, e.opts.Target); err != nil {
 		return nil, err
 	}
@@ -245,6 +249,9 @@ func checkOptions(opts Options) (Options, dtype.DType, error) {
 		return opts, 0, usage.Errorf("-j must be at least 1, got %d", opts.Jobs)
 	}
 	if opts.Target, err = checkTarget(opts); err != nil {
+		return opts, 0, err
+	}
+	if opts.Logits, err = checkLogits(opts.Logits, opts.Target); err != nil {
 		return opts, 0, err
 	}
 	return opts, compute, nil
@@ -500,6 +507,9 @@ func buildParts(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpo
 	}
 	if err := validatePlan(plan); err != nil {
 		return parts{}, fmt.Errorf("plugin %s returned an invalid plan: %w", p.Path, err)
+	}
+	if err := lastLogitsGuard(p, plan, opts.GetLogits()); err != nil {
+		return parts{}, err
 	}
 	ps := parts{plan: plan, kinds: map[string]*pb.BuildResponse{}}
 	c := contracts{plan: plan, serving: window.Serving{ContinuousBatching: opts.GetContinuousBatching(), CCL: opts.GetCcl()},

@@ -56,6 +56,31 @@ func checkTarget(opts Options) (string, error) {
 	return TargetORT, nil
 }
 
+// checkLogits normalises --logits for target (as checkTarget returns it):
+// the value the plugin is sent, "" for the target's own form.
+func checkLogits(logits, target string) (string, error) {
+	switch {
+	case logits != "" && logits != sdk.LogitsAll && logits != sdk.LogitsLast:
+		return "", usage.Errorf("unknown --logits %q: use %s (every position) or %s (each row's last valid token)", logits, sdk.LogitsAll, sdk.LogitsLast)
+	case target == TargetORT:
+		return logits, nil
+	case logits == sdk.LogitsAll:
+		return "", usage.Errorf("--logits %s needs --target %s: the %s form outputs each row's last valid token's logits only; drop --logits, or export with --target %s",
+			sdk.LogitsAll, TargetORT, TargetQAIC, TargetORT)
+	}
+	return "", nil // the QAIC form's logits are the last token's
+}
+
+// lastLogitsGuard refuses a plan that ignored --logits last: a plugin built
+// with an SDK from before the option outputs every position.
+func lastLogitsGuard(p *plugins.Plugin, plan *pb.PlanResponse, logits string) error {
+	if logits == sdk.LogitsLast && !plan.GetOrtDecoder().GetLastTokenLogits() {
+		return fmt.Errorf("--logits %s: plugin %s builds %s's logits at every position only (an SDK from before the option); drop --logits %s, or rebuild the plugin with the current SDK",
+			sdk.LogitsLast, p.Desc.GetName(), plan.GetModelType(), sdk.LogitsLast)
+	}
+	return nil
+}
+
 // targetGuard refuses a target the plugin does not declare for the
 // architecture (Capabilities.targets).
 func targetGuard(p *plugins.Plugin, modelType, target string) error {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-llm/strata/host/plugins"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -25,6 +26,44 @@ func TestCheckTarget(t *testing.T) {
 		}
 		if !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
 			t.Errorf("%+v: got %q, want %q", tc.opts, got, tc.want)
+		}
+	}
+}
+
+func TestCheckLogits(t *testing.T) {
+	for _, tc := range []struct {
+		logits, target string
+		want           string // the value sent to the plugin, or an error
+	}{
+		{"", "", ""}, {"last", "", ""}, {"", "ort", ""}, {"all", "ort", "all"}, {"last", "ort", "last"},
+		{"all", "", "--logits all needs --target ort"},
+		{"first", "ort", `unknown --logits "first"`}, {"first", "", `unknown --logits "first"`},
+	} {
+		got, err := checkLogits(tc.logits, tc.target)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("--logits %q --target %q: got %q, want %q", tc.logits, tc.target, got, tc.want)
+		}
+	}
+}
+
+// TestLastLogitsGuard: a plan that ignored --logits last (a plugin of an
+// SDK from before the option) is refused, naming the plugin.
+func TestLastLogitsGuard(t *testing.T) {
+	p := &plugins.Plugin{Desc: &pb.DescribeResponse{Name: "old"}}
+	every := &pb.PlanResponse{ModelType: "llama", OrtDecoder: &pb.OrtDecoder{}}
+	last := &pb.PlanResponse{ModelType: "llama", OrtDecoder: &pb.OrtDecoder{LastTokenLogits: true}}
+	if err := lastLogitsGuard(p, every, "last"); err == nil || !strings.Contains(err.Error(), "plugin old builds llama's logits at every position") {
+		t.Errorf("got %v, want a refusal naming plugin old", err)
+	}
+	for _, ok := range []struct {
+		plan   *pb.PlanResponse
+		logits string
+	}{{last, "last"}, {every, ""}, {every, "all"}} {
+		if err := lastLogitsGuard(p, ok.plan, ok.logits); err != nil {
+			t.Errorf("--logits %q: %v", ok.logits, err)
 		}
 	}
 }

@@ -54,7 +54,8 @@ type ModelIO struct {
 	Serving Serving
 	// ORT: onnxruntime-genai's decoder IO (--target ort): no position_ids,
 	// the KV cache as past_key_values.{i}.key/value in and present.{i}.*
-	// out (CacheIO), logits at every position.
+	// out (CacheIO), logits at every position unless the plan's
+	// OrtDecoder.last_token_logits (--logits last).
 	ORT bool
 }
 
@@ -104,7 +105,7 @@ func (m ModelIO) Of(s Span) (IO, error) {
 	}
 	if s.IsLast() {
 		rows := graph.Dim{Size: 1} // the last valid token's
-		if m.ORT {
+		if m.ORT && !m.Plan.GetOrtDecoder().GetLastTokenLogits() {
 			rows = seq
 		}
 		io.Outputs = append(io.Outputs, Value{sdk.Logits, onnxpb.TensorProto_FLOAT, []graph.Dim{batch, rows, {Size: m.Plan.GetVocabSize()}}})

@@ -48,6 +48,15 @@ func TestORTIO(t *testing.T) {
 	if in, out := io.Inputs[2].Dims[2], io.Outputs[1].Dims[2]; in.Param != ORTPastLength || out.Param != ORTTotalLength {
 		t.Errorf("cache length %v in, %v out; want %s in, %s out", in, out, ORTPastLength, ORTTotalLength)
 	}
+	last := ortPlan("past_key", "past_value")
+	last.OrtDecoder = &pb.OrtDecoder{LastTokenLogits: true}
+	io, err = ModelIO{Plan: last, Compute: compute, ORT: true}.Of(Whole(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := io.Outputs[0].Dims; d[1] != (graph.Dim{Size: 1}) {
+		t.Errorf("logits dims %v with last_token_logits: want one row, a fixed 1 (genai's pruned form)", d)
+	}
 }
 
 func TestORTRefusesOtherCaches(t *testing.T) {

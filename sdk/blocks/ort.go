@@ -2,6 +2,7 @@ package blocks
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-llm/strata/sdk/fn"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -42,6 +43,19 @@ func ORTContextValues(f *fn.Func, mask fn.Value, rope RoPE, contextLength int64)
 	}
 	cos, sin := rope.Caches(f.Scope("rope"), rows)
 	return ORTContext{SeqlensK: seqlens, TotalSeqLen: f.Cast(width, fn.Int32), Cos: cos, Sin: sin}
+}
+
+// LastAttendedToken picks, per batch row, the hidden state of the last new
+// token attention_mask marks 1 (mask [B,T] int64, hidden [B,S,H], the new
+// tokens the mask's last S columns): [B,1,H]. onnxruntime-genai pads a
+// batch on the right, where the last position of a shorter row is a pad;
+// a row with none marked (all padding) gives its last position.
+func LastAttendedToken(f *fn.Func, hidden, mask fn.Value) fn.Value {
+	news := f.Op("Shape", []fn.Value{hidden}, fn.AttrInt("start", 1), fn.AttrInt("end", 2))  // [1]: S
+	window := f.Op("Slice", []fn.Value{mask, f.Neg(news), f.Ints(math.MaxInt64), f.Ints(1)}) // [B,S]
+	last := f.Op("ArgMax", []fn.Value{window}, fn.AttrInt("axis", 1), fn.AttrInt("keepdims", 1),
+		fn.AttrInt("select_last_index", 1)) // [B,1]
+	return f.Op("GatherND", []fn.Value{hidden, f.Unsqueeze(last, -1)}, fn.AttrInt("batch_dims", 1))
 }
 
 // Caches are GroupQueryAttention's cos_cache and sin_cache [length,

@@ -191,7 +191,7 @@ func (p Plugin) Build(_ context.Context, req *pb.BuildRequest) (*pb.BuildRespons
 		return m.buildLayers(domain, dt, k, req.GetLayers())
 	case sdk.PartFinal:
 		if m.ORT() {
-			return ortFinalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight()), nil
+			return ortFinalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight(), m.ortLastLogits()), nil
 		}
 		return finalPart(domain, a.Name+"Final", dt, m.norm(), m.FinalSoftCap, m.normWeight(), m.headWeight(), m.OutputHidden, m.positionRank()), nil
 	case sdk.PartModel:

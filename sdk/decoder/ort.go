@@ -14,9 +14,10 @@ import (
 // the same parts and weights, the context computed from attention_mask
 // (blocks.ORTContextValues), attention as com.microsoft
 // GroupQueryAttention, RMSNorms as SimplifiedLayerNormalization, logits at
-// every position. A model maps when every layer is a residual of mappable
-// blocks (Attention, SwiGLU, or a block implementing ORTBlock) over the KV
-// cache alone; anything else is refused by Plan with what does not map.
+// every position or (ExportOptions.logits "last") each row's last token.
+// A model maps when every layer is a residual of mappable blocks
+// (Attention, SwiGLU, or a block implementing ORTBlock) over the KV cache
+// alone; anything else is refused by Plan with what does not map.
 
 // Context values of the ORT form, in plan order.
 const (
@@ -40,6 +41,10 @@ type ORTBlock interface {
 // ORT reports whether the export asks for ONNX Runtime's form.
 func (m *Model) ORT() bool { return m.Export.GetTarget() == sdk.TargetORT }
 
+// ortLastLogits reports whether the ORT form's logits are each row's last
+// token's only (--logits last).
+func (m *Model) ortLastLogits() bool { return m.Export.GetLogits() == sdk.LogitsLast }
+
 // checkORT refuses a model that does not map onto the ORT form, naming
 // what does not; it runs every kind's body once, so a block that does not
 // map is found before anything is built.
@@ -47,7 +52,9 @@ func (m *Model) checkORT() error {
 	refuse := func(what string) error {
 		return fmt.Errorf("--target ort: %s does not map onto ONNX Runtime's decoder form: %s; export it without --target ort", m.arch.ModelType, what)
 	}
-	switch {
+	switch logits := m.Export.GetLogits(); {
+	case logits != "" && logits != sdk.LogitsAll && logits != sdk.LogitsLast:
+		return fmt.Errorf("logits %q: the ORT form's logits are %s (every position) or %s (each row's last token)", logits, sdk.LogitsAll, sdk.LogitsLast)
 	case m.InputsEmbeds || m.Embed != nil || len(m.ExtraInputs) > 0:
 		return refuse("the model takes inputs other than input_ids (vision or multimodal inputs)")
 	case m.positionRank() == 3:
@@ -139,7 +146,8 @@ func (m *Model) ortPlan(plan *pb.PlanResponse) {
 		Shape: []*pb.Dim{DimParam("batch_size"), DimParam("total_sequence_length")}}}
 	plan.Models = nil
 	plan.OrtDecoder = &pb.OrtDecoder{NumAttentionHeads: int32(m.Heads), NumKeyValueHeads: int32(m.KVHeads),
-		HeadSize: int32(m.HeadDim), HiddenSize: int32(m.Hidden), ContextLength: m.ortContextLength}
+		HeadSize: int32(m.HeadDim), HiddenSize: int32(m.Hidden), ContextLength: m.ortContextLength,
+		LastTokenLogits: m.ortLastLogits()}
 }
 
 // ortContextPart computes seqlens_k, total_sequence_length and the RoPE
@@ -155,11 +163,18 @@ func ortContextPart(domain, name string, dt fn.DType, rope blocks.RoPE, contextL
 }
 
 // ortFinalPart norms every position and projects it to float32 logits
-// [B,S,vocab]: onnxruntime-genai reads the last row itself.
-func ortFinalPart(domain, name string, dt fn.DType, kind blocks.Norm, softCap float64, norm, head weight.Expr) *pb.BuildResponse {
+// [B,S,vocab], or with last only each row's last attended token's
+// [B,1,vocab] (--logits last: onnxruntime-genai reads a pruned model's one
+// row as is). The norm runs before the pick so that the host still fuses it
+// with the last layer's residual add.
+func ortFinalPart(domain, name string, dt fn.DType, kind blocks.Norm, softCap float64, norm, head weight.Expr, last bool) *pb.BuildResponse {
 	f := fn.NewFunc(domain, name, dt)
 	hidden, normW, headW := f.Input(sdk.HiddenStates), f.Input("norm.weight"), f.Input("lm_head.weight")
-	logits := blocks.Linear{Weight: headW, ORT: true}.Apply(f.Scope("lm_head"), kind.Apply(f.Scope("norm"), hidden, normW))
+	normed := kind.Apply(f.Scope("norm"), hidden, normW)
+	if last {
+		normed = blocks.LastAttendedToken(f.Scope("last"), normed, f.Input(sdk.AttentionMask))
+	}
+	logits := blocks.Linear{Weight: headW, ORT: true}.Apply(f.Scope("lm_head"), normed)
 	f.Output(sdk.Logits, f.CastTo(blocks.SoftCap(f.Scope("softcap"), logits, softCap), dt, fn.Float32))
 	return Response(f, &pb.LayerWeights{Layer: sdk.NonLayer, Bindings: []*pb.WeightBinding{
 		weight.Bind("norm.weight", norm), weight.Bind("lm_head.weight", head)}})

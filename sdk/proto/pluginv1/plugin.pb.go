@@ -669,7 +669,12 @@ type ExportOptions struct {
 	// contrib ops, GroupQueryAttention over past_key_values.{i}.key/value,
 	// attention_mask; logits at every position). Sent only to a plugin whose
 	// capabilities list the target.
-	Target        string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
+	// The rows of logits (target "ort"): "" or "all" every position, [B,S,vocab];
+	// "last" each row's last valid token (the last 1 of attention_mask within
+	// the new tokens), [B,1,vocab]: onnxruntime-genai's pruned form. A plugin
+	// that builds "last" says so in OrtDecoder.last_token_logits.
+	Logits        string `protobuf:"bytes,6,opt,name=logits,proto3" json:"logits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -735,6 +740,13 @@ func (x *ExportOptions) GetPluginOptions() map[string]string {
 func (x *ExportOptions) GetTarget() string {
 	if x != nil {
 		return x.Target
+	}
+	return ""
+}
+
+func (x *ExportOptions) GetLogits() string {
+	if x != nil {
+		return x.Logits
 	}
 	return ""
 }
@@ -974,8 +986,11 @@ type OrtDecoder struct {
 	HiddenSize        int32                  `protobuf:"varint,4,opt,name=hidden_size,json=hiddenSize,proto3" json:"hidden_size,omitempty"`
 	// max_position_embeddings: genai's context_length and search max_length.
 	ContextLength int64 `protobuf:"varint,5,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The final part outputs each row's last valid token's logits, [B,1,vocab]
+	// (ExportOptions.logits "last"); else every position's.
+	LastTokenLogits bool `protobuf:"varint,6,opt,name=last_token_logits,json=lastTokenLogits,proto3" json:"last_token_logits,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OrtDecoder) Reset() {
@@ -1041,6 +1056,13 @@ func (x *OrtDecoder) GetContextLength() int64 {
 		return x.ContextLength
 	}
 	return 0
+}
+
+func (x *OrtDecoder) GetLastTokenLogits() bool {
+	if x != nil {
+		return x.LastTokenLogits
+	}
+	return false
 }
 
 // A graph input or output: name, element type and shape.
@@ -1970,13 +1992,14 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rCheckResponse\x12\x1c\n" +
 	"\tsupported\x18\x01 \x01(\bR\tsupported\x12/\n" +
 	"\x13layerwise_supported\x18\x02 \x01(\bR\x12layerwiseSupported\x12\x18\n" +
-	"\areasons\x18\x03 \x03(\tR\areasons\"\xac\x02\n" +
+	"\areasons\x18\x03 \x03(\tR\areasons\"\xc4\x02\n" +
 	"\rExportOptions\x12#\n" +
 	"\rcompute_dtype\x18\x01 \x01(\tR\fcomputeDtype\x12/\n" +
 	"\x13continuous_batching\x18\x02 \x01(\bR\x12continuousBatching\x12\x10\n" +
 	"\x03ccl\x18\x03 \x01(\bR\x03ccl\x12Y\n" +
 	"\x0eplugin_options\x18\x04 \x03(\v22.strata.plugin.v1.ExportOptions.PluginOptionsEntryR\rpluginOptions\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\tR\x06target\x1a@\n" +
+	"\x06target\x18\x05 \x01(\tR\x06target\x12\x16\n" +
+	"\x06logits\x18\x06 \x01(\tR\x06logits\x1a@\n" +
 	"\x12PluginOptionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
@@ -2002,7 +2025,7 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rposition_rows\x18\f \x01(\x05R\fpositionRows\x12;\n" +
 	"\fextra_inputs\x18\r \x03(\v2\x18.strata.plugin.v1.IOSpecR\vextraInputs\x12=\n" +
 	"\vort_decoder\x18\x0e \x01(\v2\x1c.strata.plugin.v1.OrtDecoderR\n" +
-	"ortDecoder\"\xd0\x01\n" +
+	"ortDecoder\"\xfc\x01\n" +
 	"\n" +
 	"OrtDecoder\x12.\n" +
 	"\x13num_attention_heads\x18\x01 \x01(\x05R\x11numAttentionHeads\x12-\n" +
@@ -2010,7 +2033,8 @@ const file_sdk_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\thead_size\x18\x03 \x01(\x05R\bheadSize\x12\x1f\n" +
 	"\vhidden_size\x18\x04 \x01(\x05R\n" +
 	"hiddenSize\x12%\n" +
-	"\x0econtext_length\x18\x05 \x01(\x03R\rcontextLength\"\x80\x01\n" +
+	"\x0econtext_length\x18\x05 \x01(\x03R\rcontextLength\x12*\n" +
+	"\x11last_token_logits\x18\x06 \x01(\bR\x0flastTokenLogits\"\x80\x01\n" +
 	"\x06IOSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\tR\x05dtype\x12+\n" +
