@@ -139,6 +139,46 @@ def test_other_forms(name, args, tmp_path):
     assert diffs.max() <= limit
 
 
+@pytest.mark.parametrize("args", [[], ["--weights", "materialize"], ["--moe-strategy", "fused", "--logits", "last"],
+                                  ["--moe-strategy", "gather"], ["--moe-strategy", "dense"]],
+                         ids=["default", "materialize", "fused-last", "gather", "dense"])
+@pytest.mark.parametrize("name", ["qwen3moe-f32-fused-mixed", "qwen3moe-bf16-top4-sparse", "qwen3moe-fp8-block"])
+def test_moe_strategies(name, args, tmp_path):
+    """Qwen3-MoE's sparse layers run as ONNX Runtime's MoE op (one node a
+    layer, the experts' gate and up rows interleaved as its CPU kernel
+    takes them) unless --moe-strategy says gather or dense (standard ops);
+    each reproduces transformers' logits, the per-expert and fused layouts,
+    bf16 and FP8 experts alike."""
+    fx = Fixture(name)
+    out = tmp_path / "out"
+    export_ort(fx, out, *args)
+    nodes = onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node
+    moe = sum(n.op_type == "MoE" and n.domain == "com.microsoft" for n in nodes)
+    with open(os.path.join(fx.model, "config.json")) as f:
+        hf = json.load(f)
+    sparse = sum(1 for i in range(hf["num_hidden_layers"])
+                 if i not in hf.get("mlp_only_layers", []) and (i + 1) % hf.get("decoder_sparse_step", 1) == 0)
+    fused = "gather" not in args and "dense" not in args
+    assert moe == (sparse if fused else 0), f"{moe} MoE nodes for {sparse} sparse layers ({args})"
+    got = Session(str(out / "model.onnx")).run(fx.ref["prompts"], fx.ref["prompt_lengths"], fx.ref["decode_tokens"])
+    diffs = max_diff_per_step(got, fx.ref["logits"])
+    print(f"{name} {args}: max |Δlogits| {diffs.max():.2e}")
+    assert diffs.max() <= TOLERANCE, f"{name} {args}: {diffs}"
+
+
+@pytest.mark.parametrize("name,args,message", [
+    ("qwen3moe-f32-top2-norm", ["--moe-strategy", "fused"], "moe_strategy fused is ONNX Runtime's MoE op: export with --target ort"),
+    ("glm-f32-fused", ["--target", "ort", "--moe-strategy", "fused"], 'moe_strategy "fused": use gather or dense'),
+])
+def test_fused_moe_refusals(name, args, message, tmp_path):
+    """The MoE op is ONNX Runtime's (--target ort) and takes softmax routers
+    only: GLM's sigmoid groups have no such form."""
+    fx = Fixture(name)
+    proc = subprocess.run([STRATA, "export", fx.model, "--out", str(tmp_path / "out"), *args], capture_output=True, text=True)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("name", ORT_GREEDY)
 def test_greedy_matches_transformers(name, tmp_path):
     fx = Fixture(name)

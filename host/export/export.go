@@ -445,6 +445,11 @@ func (e *exporter) result(spec *weights.Spec, modelBytes int) *Result {
 	if n := mtpLeftOut(e.parts.plan.GetMtp(), spec); n != "" {
 		res.Notes = append(res.Notes, n)
 	}
+	if e.opts.Target == TargetORT && spec.Mode == weights.Reference {
+		if n := ortComputedNote(spec); n != "" {
+			res.Notes = append(res.Notes, n)
+		}
+	}
 	res.Notes = append(res.Notes, e.notes...)
 	return res
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/host/plugins"
+	"github.com/strata-llm/strata/host/weights"
+	"github.com/strata-llm/strata/host/weights/transform"
 	pb "github.com/strata-llm/strata/sdk/proto/pluginv1"
 )
 
@@ -64,6 +66,28 @@ func TestLastLogitsGuard(t *testing.T) {
 	}{{last, "last"}, {every, ""}, {every, "all"}} {
 		if err := lastLogitsGuard(p, ok.plan, ok.logits); err != nil {
 			t.Errorf("--logits %q: %v", ok.logits, err)
+		}
+	}
+}
+
+// TestORTComputedNote: weights ONNX Runtime computes at session creation
+// are noted past computedNoteBytes, stored ones never.
+func TestORTComputedNote(t *testing.T) {
+	cast := transform.Cast(transform.Leaf("w"), "float32")
+	big := []int64{4096, 4096} // 64 MiB of float32
+	for _, tc := range []struct {
+		name    string
+		weights []weights.Weight
+		want    string
+	}{
+		{"stored", []weights.Weight{{Name: "a", DType: "float32", Shape: big}, {Name: "b", DType: "float32", Shape: big}}, ""},
+		{"small casts", []weights.Weight{{Name: "a", DType: "float32", Shape: []int64{4096}, Transform: cast}}, ""},
+		{"casts", []weights.Weight{{Name: "a", DType: "float32", Shape: big, Transform: cast}, {Name: "b", DType: "float32", Shape: big}},
+			"0.1 GB of the weights (1 tensors) are transforms"},
+	} {
+		got := ortComputedNote(&weights.Spec{Weights: tc.weights})
+		if !strings.Contains(got, tc.want) || (tc.want == "") != (got == "") {
+			t.Errorf("%s: note %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/weights/transform"
+	"github.com/strata-llm/strata/sdk/dtype"
 )
 
 // Spec is weight_spec.json: every weight the graph uses and where its bytes
@@ -93,6 +94,25 @@ func (w *Weight) Expr() *transform.Expr {
 		return w.Transform
 	}
 	return w.packed.Unpack()
+}
+
+// Computed reports whether the weight is a transform of its sources (a
+// cast, stacked experts), not a source as stored.
+func (w *Weight) Computed() bool { return w.Transform != nil || w.packed != nil }
+
+// Bytes is the weight's size as the graph holds it (0 for a dtype
+// strata does not know).
+func (w *Weight) Bytes() int64 {
+	t, err := dtype.Parse(w.DType)
+	if err != nil {
+		return 0
+	}
+	info, _ := dtype.Of(t)
+	n := int64(1)
+	for _, d := range w.Shape {
+		n *= d
+	}
+	return info.ByteSize(n)
 }
 
 // Source is a checkpoint tensor: Length bytes at absolute byte Offset of

@@ -19,8 +19,8 @@ const (
 var plugin = decoder.Plugin{Name: "qwen3moe", Version: "0.1.0", Architectures: []decoder.Architecture{{
 	ModelType: "qwen3_moe", HFArchitectures: []string{"Qwen3MoeForCausalLM"}, Name: "Qwen3Moe",
 	Capabilities: &pb.Capabilities{Layerwise: true, ExpertLayouts: []string{"per-expert", "fused"}},
-	Options:      []*pb.PluginOption{decoder.MoEStrategyOption()},
-	Targets:      []string{sdk.TargetORT},                                                    // the experts in the --moe-strategy form (decoder.qwenMoEBlock)
+	Options:      []*pb.PluginOption{decoder.FusedMoEStrategyOption()},
+	Targets:      []string{sdk.TargetORT},                                                    // the experts as ONNX Runtime's MoE op, or the --moe-strategy form (decoder.qwenMoEBlock)
 	Defaults:     map[string]any{"num_key_value_heads": 4, "max_position_embeddings": 32768}, // Qwen3MoeConfig's
 	Load:         load,
 }}}
@@ -47,7 +47,7 @@ func load(m *decoder.Model) error {
 	}
 	attention := func() *decoder.Attention { return &decoder.Attention{QKNorm: true} }
 	m.Kind(kindMoE, "Qwen3MoeDecoderLayer", func(l *decoder.Layer) error {
-		return l.PreNorm(attention(), c.Block(m.Options[decoder.MoEStrategy], stored.Declare))
+		return l.PreNorm(attention(), c.StoredBlock(m.Options[decoder.MoEStrategy], stored))
 	})
 	m.Kind(kindDense, "Qwen3MoeDenseDecoderLayer", func(l *decoder.Layer) error {
 		return l.PreNorm(attention(), &decoder.SwiGLU{Width: m.Intermediate})

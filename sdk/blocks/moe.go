@@ -112,9 +112,15 @@ const (
 	// routing weights (zero for experts not chosen): weights stay static
 	// matmul operands, suits prefill and weight compression.
 	Dense = "dense"
+	// Fused runs router and experts as ONNX Runtime's com.microsoft MoE op
+	// (ORTMoE; --target ort): each token's experts read in place, no
+	// weights gathered. Softmax top-k routers and SwiGLU experts without
+	// biases only (Qwen3-MoE's); a block without that form refuses it.
+	Fused = "fused"
 )
 
-// ExpertStrategies lists the strategies.
+// ExpertStrategies lists the strategies every block takes (Fused is the
+// few blocks' own: decoder.FusedMoEStrategyOption).
 var ExpertStrategies = []string{Gather, Dense}
 
 // Experts are E gated MLPs, weights stacked as the second matmul operand:
@@ -141,8 +147,10 @@ func (e Experts) Apply(f *fn.Func, strategy string, x, weights, indices fn.Value
 		return e.gather(f, x, weights, indices), nil
 	case Dense:
 		return e.dense(f, x, weights, indices, numExperts), nil
+	case Fused:
+		return "", fmt.Errorf("expert strategy %s is ONNX Runtime's MoE op, which takes softmax top-k routed SwiGLU experts without biases (Qwen3-MoE's) with --target ort; these experts have no such form: use %s or %s", Fused, Gather, Dense)
 	default:
-		return "", fmt.Errorf("unknown expert strategy %q (use %s or %s)", strategy, Gather, Dense)
+		return "", fmt.Errorf("unknown expert strategy %q (use %s, %s or %s)", strategy, Gather, Dense, Fused)
 	}
 }
 

@@ -58,6 +58,24 @@ func LastAttendedToken(f *fn.Func, hidden, mask fn.Value) fn.Value {
 	return f.Op("GatherND", []fn.Value{hidden, f.Unsqueeze(last, -1)}, fn.AttrInt("batch_dims", 1))
 }
 
+// ORTMoE runs softmax top-k routed SwiGLU experts as one com.microsoft MoE
+// node: x [T,H] in the compute dtype, router logits [T,E] (the kernel
+// takes their softmax in float32, then the top k, renormalised to sum 1
+// when normalize), fc1 [E,2I,H] with each expert's gate and up rows
+// interleaved (row 2j gate j, row 2j+1 up j: the CPU kernel's only SwiGLU
+// layout), fc2 [E,H,I]. silu(gate)·up is the kernel's gate·σ(α·gate)·(up+β)
+// at α 1, β 0; it reads only each token's experts, in place.
+func ORTMoE(f *fn.Func, x, logits, fc1, fc2 fn.Value, topK int, normalize bool) fn.Value {
+	f.Import(MSDomain, 1)
+	norm := int64(0)
+	if normalize {
+		norm = 1
+	}
+	return f.OpN("MoE", MSDomain, 1, []fn.Value{x, logits, fc1, "", fc2},
+		fn.AttrInt("k", int64(topK)), fn.AttrString("activation_type", "swiglu"), fn.AttrInt("swiglu_fusion", 1),
+		fn.AttrFloat("activation_alpha", 1), fn.AttrFloat("activation_beta", 0), fn.AttrInt("normalize_routing_weights", norm))[0]
+}
+
 // Caches are GroupQueryAttention's cos_cache and sin_cache [length,
 // Dim/2] for positions 0..length-1 (length an int64 scalar): the first
 // half of Tables' (rotate_half's tables repeat their halves), scaled the

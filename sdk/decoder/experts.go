@@ -81,8 +81,42 @@ func (s *StoredExperts) Declare(l *Layer) (gate, up, down fn.Value) {
 	return stacked("mlp.experts.gate", 0), stacked("mlp.experts.up", 1), stacked("mlp.experts.down", 2)
 }
 
-// stacked is layer l's part (0 gate, 1 up, 2 down) as one expression.
+// DeclareFused declares the experts as ONNX Runtime's MoE op takes them
+// (blocks.ORTMoE): fc1 [E,2I,H], each expert's gate and up rows
+// interleaved, and fc2 [E,H,I], the down projections as stored (formal
+// inputs mlp.experts.fc1, .fc2).
+func (s *StoredExperts) DeclareFused(l *Layer) (fc1, fc2 fn.Value) {
+	fc1 = l.Computed("mlp.experts.fc1", func(i int32) weight.Expr { return s.interleaved(l.Model, i) })
+	fc2 = l.Computed("mlp.experts.fc2", func(i int32) weight.Expr { return s.rows(l.Model, i, 2) })
+	return fc1, fc2
+}
+
+// interleaved is layer l's gate and up rows interleaved, [E,2I,H]: per
+// expert [I,2,H] reshaped, stacked over the experts, so that
+// materialising computes one expert at a time (transform.Parts).
+func (s *StoredExperts) interleaved(m *Model, l int32) weight.Expr {
+	e, h, i := int64(s.Count), int64(m.Hidden), int64(s.Intermediate)
+	if s.Layouts[l] == PerExpert {
+		ws := make([]weight.Expr, s.Count)
+		for x := range ws {
+			gate := weight.Tensor(m.LayerKey(l, ExpertName(x, "gate_proj")), i, h)
+			up := weight.Tensor(m.LayerKey(l, ExpertName(x, "up_proj")), i, h)
+			ws[x] = weight.Reshape(weight.Stack(1, gate, up), 2*i, h)
+		}
+		return weight.Stack(0, ws...)
+	}
+	return weight.Reshape(weight.Stack(2, s.rows(m, l, 0), s.rows(m, l, 1)), e, 2*i, h)
+}
+
+// stacked is layer l's part (0 gate, 1 up, 2 down) as the second matmul
+// operand: gate and up [E,H,I], down [E,I,H].
 func (s *StoredExperts) stacked(m *Model, l int32, part int) weight.Expr {
+	return weight.Transpose(s.rows(m, l, part), 0, 2, 1)
+}
+
+// rows is layer l's part (0 gate, 1 up, 2 down) stacked as stored, rows
+// the outputs: gate and up [E,I,H], down [E,H,I].
+func (s *StoredExperts) rows(m *Model, l int32, part int) weight.Expr {
 	e, h, i := int64(s.Count), int64(m.Hidden), int64(s.Intermediate)
 	if s.Layouts[l] == PerExpert {
 		proj, shape := [...]string{"gate_proj", "up_proj", "down_proj"}[part], []int64{i, h}
@@ -95,14 +129,14 @@ func (s *StoredExperts) stacked(m *Model, l int32, part int) weight.Expr {
 		for x := range ws { // numeric order: expert 10 after 9
 			ws[x] = weight.Tensor(experts+strconv.Itoa(x)+suffix, shape...)
 		}
-		return weight.Transpose(weight.Stack(0, ws...), 0, 2, 1)
+		return weight.Stack(0, ws...)
 	}
 	if part == 2 {
-		return weight.Transpose(weight.Tensor(m.LayerKey(l, "mlp.experts.down_proj"), e, h, i), 0, 2, 1)
+		return weight.Tensor(m.LayerKey(l, "mlp.experts.down_proj"), e, h, i)
 	}
 	fused := weight.Tensor(m.LayerKey(l, "mlp.experts.gate_up_proj"), e, 2*i, h)
 	start := int64(part) * i // gate rows, then up rows
-	return weight.Transpose(weight.Slice(fused, 1, start, start+i, 1), 0, 2, 1)
+	return weight.Slice(fused, 1, start, start+i, 1)
 }
 
 // RoutedExperts runs a MoE MLP on x [B,S,H]: tokens flattened, routed (the

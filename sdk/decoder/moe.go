@@ -72,28 +72,65 @@ func (c QwenMoE) Block(strategy string, experts func(l *Layer) (gate, up, down f
 	return &qwenMoEBlock{QwenMoE: c, strategy: strategy, experts: experts}
 }
 
+// StoredBlock is Block over stored's experts, which can also run as ONNX
+// Runtime's MoE op (blocks.Fused): with --target ort that is the form
+// unless the export asks for another --moe-strategy.
+func (c QwenMoE) StoredBlock(strategy string, stored *StoredExperts) Block {
+	return &qwenMoEBlock{QwenMoE: c, strategy: strategy, experts: stored.Declare, fused: stored.DeclareFused}
+}
+
 type qwenMoEBlock struct {
 	QwenMoE
 	strategy string
 	experts  func(l *Layer) (gate, up, down fn.Value)
+	fused    func(l *Layer) (fc1, fc2 fn.Value) // nil: no MoE-op form
 	router   blocks.Router
 	run      blocks.Experts
+	fc1, fc2 fn.Value // the MoE op's experts, when the strategy is Fused
 }
 
 func (b *qwenMoEBlock) Declare(l *Layer) {
 	b.router = blocks.Router{Kind: blocks.SoftmaxTopK, Experts: b.Experts, TopK: b.TopK, Normalize: b.Normalize,
 		Weight: l.Weight("mlp.gate.weight", int64(b.Experts), int64(l.Model.Hidden))}
+	b.strategy = expertStrategy(l.Model, b.strategy, b.fused != nil)
+	if b.strategy == blocks.Fused && b.fused != nil && l.Model.ORT() {
+		b.fc1, b.fc2 = b.fused(l)
+		return
+	}
 	b.run.Gate, b.run.Up, b.run.Down = b.experts(l)
 }
 
-// ORTUnmapped: in ONNX Runtime's form the experts run as the strategy
-// says (gather by default: standard ops, the top-k experts' weights
-// gathered per token), beside GroupQueryAttention. ONNX Runtime's MoE
-// contrib op is the faster form still to add here.
+// expertStrategy is the strategy the experts run by: the --moe-strategy
+// the export gives, else with --target ort ONNX Runtime's MoE op where the
+// block has that form (fusable), else the option's default (declared).
+func expertStrategy(m *Model, declared string, fusable bool) string {
+	if _, given := m.Export.GetPluginOptions()[MoEStrategy]; !given && fusable && m.ORT() {
+		return blocks.Fused
+	}
+	return declared
+}
+
+// ORTUnmapped: in ONNX Runtime's form the experts run as ONNX Runtime's
+// MoE op (blocks.ORTMoE) unless --moe-strategy says gather or dense
+// (standard ops: each token's k experts' weights gathered, or every
+// expert run), beside GroupQueryAttention.
 func (b *qwenMoEBlock) ORTUnmapped(*Layer) string { return "" }
 
 func (b *qwenMoEBlock) Apply(l *Layer, f *fn.Func, x fn.Value) (fn.Value, error) {
-	return RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
+	if b.strategy != blocks.Fused {
+		return RoutedExperts(f, x, l.Model.Hidden, b.router, "router", b.run, b.strategy)
+	}
+	if b.fc1 == "" {
+		why := "the experts have no such form in this plugin"
+		if !l.Model.ORT() {
+			why = "export with --target ort"
+		}
+		return "", fmt.Errorf("%s %s is ONNX Runtime's MoE op: %s, or use %s or %s", MoEStrategy, blocks.Fused, why, blocks.Gather, blocks.Dense)
+	}
+	tokens := f.Reshape(x, -1, int64(l.Model.Hidden)) // [T,H]
+	logits := blocks.Linear{Weight: b.router.Weight, ORT: true}.Apply(f.Scope("router"), tokens)
+	y := blocks.ORTMoE(f.Scope("experts"), tokens, logits, b.fc1, b.fc2, b.TopK, b.Normalize)
+	return f.Op("Reshape", []fn.Value{y, f.Shape(x)}), nil
 }
 
 // MoEStrategy names the plugin option every MoE plugin takes: how its
@@ -104,4 +141,14 @@ const MoEStrategy = "moe_strategy"
 func MoEStrategyOption() *pb.PluginOption {
 	return &pb.PluginOption{Name: MoEStrategy, DefaultValue: blocks.Gather, AllowedValues: blocks.ExpertStrategies,
 		Help: "gather: each token's k experts (decode-friendly); dense: every expert, weighed (static matmuls)"}
+}
+
+// FusedMoEStrategyOption is MoEStrategyOption for a plugin whose experts
+// also run as ONNX Runtime's MoE op (QwenMoE.StoredBlock): fused, which
+// --target ort picks unless told otherwise.
+func FusedMoEStrategyOption() *pb.PluginOption {
+	o := MoEStrategyOption()
+	o.AllowedValues = append(slices.Clone(o.AllowedValues), blocks.Fused)
+	o.Help += "; fused: ONNX Runtime's MoE op, each token's experts read in place (--target ort only, where it is the default)"
+	return o
 }

@@ -38,6 +38,11 @@ func AttrFloat(name string, v float32) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_FLOAT, F: v}
 }
 
+// AttrString is a string attribute.
+func AttrString(name, v string) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_STRING, S: []byte(v)}
+}
+
 // AttrTensor is a tensor attribute.
 func AttrTensor(name string, t *onnxpb.TensorProto) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_TENSOR, T: t}
