@@ -221,6 +221,42 @@ def test_genai_generates_transformers_greedy(name, logits, tmp_path):
         np.testing.assert_array_equal(got, want[row], err_msg=f"{name} prompt {row}")
 
 
+@pytest.mark.parametrize("logits", ["all", "last"])
+@pytest.mark.parametrize("name", ["llama-f32-base", "qwen3moe-f32-top2-norm"])
+def test_genai_batch_generates_transformers_greedy(name, logits, tmp_path):
+    """One Generator over the fixture's prompts as a batch, onnxruntime-genai
+    padding the shorter on the right: each row generates its transformers
+    greedy tokens, so the last-token pick (--logits last) reads each row's
+    own last token, not the pad after it."""
+    import onnxruntime_genai as og
+
+    fx = Fixture(name)
+    out = tmp_path / "out"
+    export_ort(fx, out, "--link", "copy", "--logits", logits)
+    want = greedy_reference(name)
+    with open(out / "genai_config.json") as f:
+        cfg = json.load(f)
+    pad = min(set(range(cfg["model"]["vocab_size"])) - set(want.flat))  # an end token the reference never generates
+    cfg["model"]["eos_token_id"] = cfg["model"]["pad_token_id"] = pad
+    with open(out / "genai_config.json", "w") as f:
+        json.dump(cfg, f)
+    lengths = [int(n) for n in fx.ref["prompt_lengths"]]
+    assert len(set(lengths)) > 1, "the fixture's prompts must differ in length for the padding to matter"
+    padded = np.full((len(lengths), max(lengths)), pad, np.int32)
+    for row, n in enumerate(lengths):
+        padded[row, :n] = fx.ref["prompts"][row, :n]
+    model = og.Model(str(out))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=max(lengths) + GREEDY_TOKENS, batch_size=len(lengths))
+    gen = og.Generator(model, params)
+    gen.append_tokens(padded)
+    while not gen.is_done():
+        gen.generate_next_token()
+    for row in range(len(lengths)):
+        got = np.array(gen.get_sequence(row))[max(lengths):]
+        np.testing.assert_array_equal(got, want[row], err_msg=f"{name} --logits {logits} row {row}")
+
+
 def test_io_and_ops(tmp_path):
     """onnxruntime-genai's decoder IO; attention is GroupQueryAttention,
     norms SimplifiedLayerNormalization; nothing of the Qualcomm form."""

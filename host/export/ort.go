@@ -83,8 +83,7 @@ func lastLogitsGuard(p *plugins.Plugin, plan *pb.PlanResponse, logits string) er
 }
 
 // computedNoteBytes is how many bytes of weights computed at session
-// creation make ortComputedNote worth saying (a checkpoint's float32 norms
-// are not).
+// creation make ortComputedNote worth saying (a few cast norms are not).
 const computedNoteBytes = 64 << 20
 
 // ortComputedNote says, for --target ort with weights referenced, how much
