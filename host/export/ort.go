@@ -91,8 +91,8 @@ const computedNoteBytes = 64 << 20
 // every session creation (constant folding: casts of bf16 weights, Qwen3-
 // MoE's experts interleaved for its MoE op), and that --weights materialize
 // writes them once: "" when that is little. A random Qwen3-MoE of 64
-// experts (2.7 GB): sessions open in 28 s at 9.6 GB referenced, 0.27 s at
-// 2.6 GB materialised.
+// experts (2.7 GB): sessions open in 6–8 s at 6.5 GB referenced, 0.25 s at
+// 2.7 GB materialised.
 func ortComputedNote(spec *weights.Spec) string {
 	var n int
 	var bytes int64

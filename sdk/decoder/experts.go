@@ -91,8 +91,9 @@ func (s *StoredExperts) DeclareFused(l *Layer) (fc1, fc2 fn.Value) {
 	return fc1, fc2
 }
 
-// interleaved is layer l's gate and up rows interleaved, [E,2I,H]: per
-// expert [I,2,H] reshaped, stacked over the experts, so that
+// interleaved is layer l's gate and up rows interleaved, [E,2I,H]. Per
+// expert, gate and up side by side ([I,2H]) are those rows interleaved
+// ([1,2I,H] reshaped): one copy each where ONNX Runtime folds them, and
 // materialising computes one expert at a time (transform.Parts).
 func (s *StoredExperts) interleaved(m *Model, l int32) weight.Expr {
 	e, h, i := int64(s.Count), int64(m.Hidden), int64(s.Intermediate)
@@ -101,9 +102,9 @@ func (s *StoredExperts) interleaved(m *Model, l int32) weight.Expr {
 		for x := range ws {
 			gate := weight.Tensor(m.LayerKey(l, ExpertName(x, "gate_proj")), i, h)
 			up := weight.Tensor(m.LayerKey(l, ExpertName(x, "up_proj")), i, h)
-			ws[x] = weight.Reshape(weight.Stack(1, gate, up), 2*i, h)
+			ws[x] = weight.Reshape(weight.Concat(1, gate, up), 1, 2*i, h)
 		}
-		return weight.Stack(0, ws...)
+		return weight.Concat(0, ws...)
 	}
 	return weight.Reshape(weight.Stack(2, s.rows(m, l, 0), s.rows(m, l, 1)), e, 2*i, h)
 }
