@@ -106,7 +106,7 @@ func (s *StoredExperts) interleaved(m *Model, l int32) weight.Expr {
 		}
 		return weight.Concat(0, ws...)
 	}
-	return weight.Reshape(weight.Stack(2, s.rows(m, l, 0), s.rows(m, l, 1)), e, 2*i, h)
+	return weight.Reshape(weight.Concat(2, s.rows(m, l, 0), s.rows(m, l, 1)), e, 2*i, h)
 }
 
 // stacked is layer l's part (0 gate, 1 up, 2 down) as the second matmul
