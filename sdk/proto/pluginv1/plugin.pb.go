@@ -667,7 +667,7 @@ type ExportOptions struct {
 	// The form of the graph: "" (the default: the Qualcomm/QEfficient form,
 	// position_ids and CtxScatter/CtxGather caches) or "ort" (ONNX Runtime's
 	// contrib ops, GroupQueryAttention over past_key_values.{i}.key/value,
-	// attention_mask; logits at every position). Sent only to a plugin whose
+	// attention_mask; logits as `logits` says). Sent only to a plugin whose
 	// capabilities list the target.
 	Target string `protobuf:"bytes,5,opt,name=target,proto3" json:"target,omitempty"`
 	// The rows of logits (target "ort"): "" or "all" every position, [B,S,vocab];
