@@ -188,6 +188,21 @@ def test_greedy_matches_transformers(name, tmp_path):
     np.testing.assert_array_equal(got, want)
 
 
+def export_for_genai(fx, out, want, logits):
+    """Exports fx for onnxruntime-genai (--link copy, --logits logits) and
+    returns out and its end and pad token. The reference generates past the
+    end token (eos_token_id=None); genai stops at it (min_length would mask
+    its logit instead): genai is given one the reference never generates."""
+    export_ort(fx, out, "--link", "copy", "--logits", logits)
+    with open(out / "genai_config.json") as f:
+        cfg = json.load(f)
+    end = min(set(range(cfg["model"]["vocab_size"])) - set(want.flat))
+    cfg["model"]["eos_token_id"] = cfg["model"]["pad_token_id"] = end
+    with open(out / "genai_config.json", "w") as f:
+        json.dump(cfg, f)
+    return out, end
+
+
 @pytest.mark.parametrize("logits", ["all", "last"])
 @pytest.mark.parametrize("name", GENAI_FIXTURES)
 def test_genai_generates_transformers_greedy(name, logits, tmp_path):
@@ -198,17 +213,8 @@ def test_genai_generates_transformers_greedy(name, logits, tmp_path):
     import onnxruntime_genai as og
 
     fx = Fixture(name)
-    out = tmp_path / "out"
-    export_ort(fx, out, "--link", "copy", "--logits", logits)
     want = greedy_reference(name)
-    # The reference generates past the end token (eos_token_id=None); genai
-    # stops at it (min_length would mask its logit instead): give genai an
-    # end token the reference never generates.
-    with open(out / "genai_config.json") as f:
-        cfg = json.load(f)
-    cfg["model"]["eos_token_id"] = cfg["model"]["pad_token_id"] = min(set(range(cfg["model"]["vocab_size"])) - set(want.flat))
-    with open(out / "genai_config.json", "w") as f:
-        json.dump(cfg, f)
+    out, _ = export_for_genai(fx, tmp_path / "out", want, logits)
     model = og.Model(str(out))
     for row, (prompt, n) in enumerate(zip(fx.ref["prompts"], fx.ref["prompt_lengths"])):
         params = og.GeneratorParams(model)
@@ -231,15 +237,8 @@ def test_genai_batch_generates_transformers_greedy(name, logits, tmp_path):
     import onnxruntime_genai as og
 
     fx = Fixture(name)
-    out = tmp_path / "out"
-    export_ort(fx, out, "--link", "copy", "--logits", logits)
     want = greedy_reference(name)
-    with open(out / "genai_config.json") as f:
-        cfg = json.load(f)
-    pad = min(set(range(cfg["model"]["vocab_size"])) - set(want.flat))  # an end token the reference never generates
-    cfg["model"]["eos_token_id"] = cfg["model"]["pad_token_id"] = pad
-    with open(out / "genai_config.json", "w") as f:
-        json.dump(cfg, f)
+    out, pad = export_for_genai(fx, tmp_path / "out", want, logits)
     lengths = [int(n) for n in fx.ref["prompt_lengths"]]
     assert len(set(lengths)) > 1, "the fixture's prompts must differ in length for the padding to matter"
     padded = np.full((len(lengths), max(lengths)), pad, np.int32)

@@ -107,12 +107,7 @@ func (w *Weight) Bytes() int64 {
 	if err != nil {
 		return 0
 	}
-	info, _ := dtype.Of(t)
-	n := int64(1)
-	for _, d := range w.Shape {
-		n *= d
-	}
-	return info.ByteSize(n)
+	return transform.Type{DType: t, Shape: w.Shape}.Bytes()
 }
 
 // Source is a checkpoint tensor: Length bytes at absolute byte Offset of
