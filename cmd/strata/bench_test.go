@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/strata-llm/strata/internal/headeronly"
+	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // BenchmarkMaterializePeakRSS exports, with --weights materialize, header-only
@@ -40,13 +40,5 @@ func smallLlama(b *testing.B, layers int) string {
 	cfg, _ := json.Marshal(map[string]any{"model_type": "llama", "architectures": []string{"LlamaForCausalLM"},
 		"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": layers, "num_attention_heads": 8,
 		"num_key_value_heads": 2, "vocab_size": 32000, "rms_norm_eps": 1e-5})
-	tensors, err := headeronly.Tensors(cfg, "BF16")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	if _, err := headeronly.Write(dir, cfg, tensors, 5_000_000_000); err != nil {
-		b.Fatal(err)
-	}
-	return dir
+	return testbin.HeaderOnlyConfig(b, cfg, 5_000_000_000)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -152,25 +153,32 @@ func TestInterruptKeepsFinishedWindows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes gigabytes")
 	}
-	plugins, ckpt := llama8B(t)
+	plugins, ckpt := layeredLlama(t)
 	out := filepath.Join(t.TempDir(), "out")
-	first := filepath.Join(out, "windows", "window_0_1.onnx")
+	first := filepath.Join(out, "windows", "window_0_0.onnx")
 	cmd := exec.Command(strataBin, "export", ckpt, "--out", out, "--plugin-dir", plugins,
-		"--weights=materialize", "--layerwise", "--keep-windows", "--window-size=2", "-j=1")
+		"--weights=materialize", "--layerwise", "--keep-windows", "--window-size=1", "-j=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	must(t, cmd.Start())
 	defer cmd.Process.Kill()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) { // 2.8 GB of window 0 first
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) { // ~200 MB of window 0 first
 		if _, err := os.Stat(first); err == nil {
 			break
+		}
+		select {
+		case <-exited:
+			t.Fatalf("strata exited %d before %s was written:\n%s", cmd.ProcessState.ExitCode(), first, stderr.String())
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s after 2 minutes:\n%s", first, stderr.String())
 		}
 	}
 	must(t, cmd.Process.Signal(syscall.SIGINT))
-	cmd.Wait()
+	<-exited
 	requireNoProcesses(t, plugins)
 	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "the same command reuses them") {
 		t.Fatalf("exit %d, want 130 saying the windows are kept:\n%s", code, stderr.String())
@@ -196,6 +204,22 @@ func TestInterruptKeepsFinishedWindows(t *testing.T) {
 			}
 		}
 	}
+}
+
+// layeredLlama is a header-only Llama of 32 layers of 63 MB each
+// (materialised as float32) and a plugin directory of the test's own: a
+// layerwise export of one layer a window runs for seconds, and the windows
+// a test keeps take a few hundred MB of disk, not the 8B's 2.8 GB a layer
+// pair (which filled a CI machine's disk beside the other tests).
+func layeredLlama(t *testing.T) (plugins, ckpt string) {
+	t.Helper()
+	plugins = t.TempDir()
+	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
+	config, err := json.Marshal(map[string]any{"model_type": "llama", "architectures": []string{"LlamaForCausalLM"},
+		"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 16,
+		"num_key_value_heads": 8, "vocab_size": 32000, "rms_norm_eps": 1e-5})
+	must(t, err)
+	return plugins, testbin.HeaderOnlyConfig(t, config, 1<<30)
 }
 
 // llama8B is a header-only Llama-3.1-8B (16 GB of sparse shards) and a

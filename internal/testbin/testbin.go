@@ -105,12 +105,20 @@ func HeaderOnlyShards(t testing.TB, release string, maxShardBytes int64) string 
 	if err != nil {
 		t.Fatal(err)
 	}
-	tensors, err := headeronly.Tensors(r.Config, "BF16")
+	return HeaderOnlyConfig(t, r.Config, maxShardBytes)
+}
+
+// HeaderOnlyConfig writes a header-only BF16 checkpoint of configJSON (a
+// real config with its shape shrunk, say) in shards of at most
+// maxShardBytes of data, into a directory of the test's own.
+func HeaderOnlyConfig(t testing.TB, configJSON []byte, maxShardBytes int64) string {
+	t.Helper()
+	tensors, err := headeronly.Tensors(configJSON, "BF16")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if _, err := headeronly.Write(dir, r.Config, tensors, maxShardBytes); err != nil {
+	if _, err := headeronly.Write(dir, configJSON, tensors, maxShardBytes); err != nil {
 		t.Fatal(err)
 	}
 	return dir
