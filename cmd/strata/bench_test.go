@@ -1,15 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
-
-	"github.com/strata-llm/strata/internal/testbin"
 )
 
 // BenchmarkMaterializePeakRSS exports, with --weights materialize, header-only
@@ -36,9 +33,5 @@ func BenchmarkMaterializePeakRSS(b *testing.B) {
 }
 
 func smallLlama(b *testing.B, layers int) string {
-	b.Helper()
-	cfg, _ := json.Marshal(map[string]any{"model_type": "llama", "architectures": []string{"LlamaForCausalLM"},
-		"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": layers, "num_attention_heads": 8,
-		"num_key_value_heads": 2, "vocab_size": 32000, "rms_norm_eps": 1e-5})
-	return testbin.HeaderOnlyConfig(b, cfg, 5_000_000_000)
+	return headerOnlyLlama(b, llamaShape{hidden: 512, intermediate: 1408, layers: int64(layers), heads: 8, kvHeads: 2})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/convert"
 	"github.com/strata-llm/strata/host/export"
+	"github.com/strata-llm/strata/host/outdir"
 	"github.com/strata-llm/strata/host/plugins"
 	"github.com/strata-llm/strata/host/weights"
 )
@@ -92,6 +93,9 @@ func (s *exportPlan) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  read %s of the checkpoint to plan (config, index, headers); a real run reads %s more\n",
 		human(s.CheckpointBytesRead, "B"), human(s.ShardBytesRead, "B"))
+	for _, n := range s.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
 }
 
 // convertPlan is convert --dry-run's report.
@@ -145,4 +149,13 @@ func (s convertPlan) print(w io.Writer) {
 		fmt.Fprintf(w, "  %s (%s, %s)\n", f.Path, f.What, f.size())
 	}
 	fmt.Fprintf(w, "  reading %s of the source's tensor data\n", human(s.SourceBytesRead, "B"))
+	var need int64
+	for _, f := range s.Files {
+		if f.Bytes != nil {
+			need += *f.Bytes
+		}
+	}
+	if free, err := outdir.AvailableAt(s.Out); err == nil && need > free {
+		fmt.Fprintf(w, "  note: the files above (%s) do not fit in the %s free on the file system of %s: a real run refuses, unless layers already converted there make up the difference\n", human(need, "B"), human(free, "B"), s.Out)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -215,11 +214,7 @@ func layeredLlama(t *testing.T) (plugins, ckpt string) {
 	t.Helper()
 	plugins = t.TempDir()
 	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
-	config, err := json.Marshal(map[string]any{"model_type": "llama", "architectures": []string{"LlamaForCausalLM"},
-		"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 16,
-		"num_key_value_heads": 8, "vocab_size": 32000, "rms_norm_eps": 1e-5})
-	must(t, err)
-	return plugins, testbin.HeaderOnlyConfig(t, config, 1<<30)
+	return plugins, headerOnlyLlama(t, llamaShape{hidden: 1024, intermediate: 4096, layers: 32, heads: 16, kvHeads: 8})
 }
 
 // llama8B is a header-only Llama-3.1-8B (16 GB of sparse shards) and a

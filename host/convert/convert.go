@@ -29,6 +29,7 @@ import (
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/outdir"
+	meter "github.com/strata-llm/strata/host/progress"
 	"github.com/strata-llm/strata/internal/usage"
 )
 
@@ -427,6 +428,31 @@ func (o *outDir) writeLayer(ctx context.Context, layer int, written *atomic.Int6
 	return writeJSON(o.d, ManifestDir+"/"+recordName(layer), rec)
 }
 
+// room refuses the shards of pending layers when the output's file system
+// has less free space than they hold, before the first is written (a
+// flagship is hundreds of GB; a full disk found hours in costs the hours).
+// Free space it cannot read is no reason to refuse.
+func (o *outDir) room(pending []int, kept int) error {
+	var need int64
+	for _, l := range pending {
+		sh, err := o.expected(l)
+		if err != nil {
+			return err
+		}
+		need += sh.Size
+	}
+	free, err := o.d.Available()
+	if err != nil || need <= free {
+		return nil
+	}
+	msg := fmt.Sprintf("%d shards to write hold %s and the file system of %s has %s free: free %s there, or convert into a directory on a larger file system",
+		len(pending), meter.Bytes(need), o.dir, meter.Bytes(free), meter.Bytes(need-free))
+	if kept > 0 {
+		msg += fmt.Sprintf("; the %d layers already converted are kept", kept)
+	}
+	return errors.New(msg)
+}
+
 // convertLayers writes every layer of todo that is not already done, -j at
 // a time.
 func (o *outDir) convertLayers(ctx context.Context, todo []int, jobs int, prog *progress) (written, kept []int, err error) {
@@ -443,6 +469,9 @@ func (o *outDir) convertLayers(ctx context.Context, todo []int, jobs int, prog *
 	}
 	if len(pending) == 0 {
 		return nil, kept, nil
+	}
+	if err := o.room(pending, len(kept)); err != nil {
+		return nil, kept, err
 	}
 	// Layers will change: the index no longer describes a complete output.
 	if err := o.d.Remove(IndexFile); err != nil {

@@ -2,12 +2,15 @@ package export
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/strata-llm/strata/host/graph"
+	"github.com/strata-llm/strata/host/outdir"
+	"github.com/strata-llm/strata/host/progress"
 	"github.com/strata-llm/strata/host/weights"
 	"github.com/strata-llm/strata/host/window"
 	onnxpb "github.com/strata-llm/strata/sdk/onnx"
@@ -124,6 +127,10 @@ func (e *exporter) dryRun() (*Result, error) {
 	}
 	if a.table.Materializing() {
 		planned.Files = append(planned.Files, PlannedFile{Path: WeightsDir + "/", Bytes: a.table.DataBytes(), What: "weights"})
+		if free, err := outdir.AvailableAt(e.opts.Out); e.opts.Out != "" && err == nil && a.table.DataBytes() > free {
+			e.notes = append(e.notes, fmt.Sprintf("the materialised weights (%s) do not fit in the %s free on the file system of %s: a real run would refuse",
+				progress.Bytes(a.table.DataBytes()), progress.Bytes(free), e.opts.Out))
+		}
 	}
 	for _, f := range spec.Files {
 		if sh, ok := e.ckpt.Shard(f.Source); ok && f.Kind == weights.KindCheckpoint {

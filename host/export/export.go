@@ -327,6 +327,13 @@ func (e *exporter) releaseParts() {
 // whole model's weights; with --weight-spec qaic, that spec) unless the
 // export was interrupted. It returns the model's size.
 func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.Spec, t *weights.Table) (int, error) {
+	tables := []*weights.Table{t} // checked before a previous export is touched
+	for _, s := range e.separate {
+		tables = append(tables, s.table)
+	}
+	if err := e.out.room(e.out.path(WeightsDir)+"/", tables...); err != nil {
+		return 0, err
+	}
 	extra := map[string][]byte{}
 	if e.opts.WeightSpec == weights.QAICSpec {
 		qaic, err := weights.QAIC(m, spec, modelName(e.ckpt), e.out.Path())

@@ -3,11 +3,13 @@ package export
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/strata-llm/strata/host/checkpoint"
 	"github.com/strata-llm/strata/host/graph"
@@ -117,11 +119,54 @@ func (o outDir) writeModel(m *onnxpb.ModelProto, held graph.Held, sum hash.Hash,
 	return int(n), f.Commit()
 }
 
-// materialize writes t's data files (and their index when sharded).
+// materialize writes t's data files (and their index when sharded),
+// refusing before the first byte when the output's file system cannot hold
+// them: a 235B model is hundreds of GB, and a full disk found an hour in
+// costs the hour.
 func (o outDir) materialize(ctx context.Context, t *weights.Table) error {
-	meter := progress.Start(o.progress, o.tty, "materialising "+t.DataPath, t.DataBytes())
+	if err := o.room(o.path(t.DataPath), t); err != nil {
+		return err
+	}
+	need := t.DataBytes()
+	meter := progress.Start(o.progress, o.tty, "materialising "+t.DataPath, need)
 	defer meter.Stop()
-	return t.Materialize(ctx, materialOut{o}, meter.Add)
+	err := t.Materialize(ctx, materialOut{o}, meter.Add)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
+		return fmt.Errorf("%w: %s needs %s in all: make room for that on the file system of %s, export to another --out, or keep --weights reference (the default), which writes none", err, t.DataPath, progress.Bytes(need), o.Path())
+	}
+	return err
+}
+
+// room refuses tables' materialised weights (what: where they go) when
+// the output's file system has less free space than they hold. Free space
+// it cannot read is no reason to refuse.
+func (o outDir) room(what string, tables ...*weights.Table) error {
+	var need int64
+	for _, t := range tables {
+		if t != nil && t.Materializing() {
+			need += t.DataBytes()
+		}
+	}
+	if need == 0 {
+		return nil
+	}
+	if free, err := o.Available(); err == nil && need > free {
+		return &NoSpaceError{What: what, Need: need, Free: free, Dir: o.Path()}
+	}
+	return nil
+}
+
+// NoSpaceError is materialised weights that the output's file system has
+// no room for, found before writing them.
+type NoSpaceError struct {
+	What       string // the data file (or first shard's name)
+	Need, Free int64
+	Dir        string // the output directory
+}
+
+func (e *NoSpaceError) Error() string {
+	return fmt.Sprintf("%s would hold %s of weight data and the file system of %s has %s free: free %s there, export to another --out, or keep --weights reference (the default), which writes none",
+		e.What, progress.Bytes(e.Need), e.Dir, progress.Bytes(e.Free), progress.Bytes(e.Need-e.Free))
 }
 
 // materialOut is the output directory as weights.Table.Materialize writes it.

@@ -290,6 +290,32 @@ func (d *Dir) Path() string { return d.path }
 // Abs is the directory's absolute path.
 func (d *Dir) Abs() string { return d.abs }
 
+// Available is how many bytes the directory's file system has free for an
+// unprivileged writer (statfs's available blocks: the root reserve left
+// out, as a write would meet it).
+func (d *Dir) Available() (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(d.fd, &st); err != nil {
+		return 0, fmt.Errorf("%s: reading its file system's free space: %w", d.path, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// AvailableAt is Available for a directory that may not exist yet: the
+// free space of the file system of its nearest existing ancestor.
+func AvailableAt(dir string) (int64, error) {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
+			return 0, fmt.Errorf("%s: reading its file system's free space: %w", dir, err)
+		}
+	}
+}
+
 // Join is rel's path under the directory (for messages and readers).
 func (d *Dir) Join(rel string) string { return filepath.Join(d.path, filepath.FromSlash(rel)) }
 

@@ -509,3 +509,29 @@ func TestWriteFileOnce(t *testing.T) {
 		t.Errorf("a file no writer recorded: made %v, %v; want a refusal", made, err)
 	}
 }
+
+// Free space is the file system's available bytes, for an open directory
+// and for one not made yet (its nearest existing ancestor's); a path under
+// a regular file is an error, not a guess.
+func TestAvailable(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(root, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(st.Bavail) * int64(st.Bsize)
+	near := func(got int64) bool { return got > want-1<<30 && got < want+1<<30 } // other tests write and delete meanwhile
+	d := open(t, filepath.Join(root, "out"))
+	defer d.Close()
+	if got, err := d.Available(); err != nil || !near(got) {
+		t.Errorf("Available() = %d, %v; want about %d", got, err, want)
+	}
+	if got, err := AvailableAt(filepath.Join(root, "not", "yet", "made")); err != nil || !near(got) {
+		t.Errorf("AvailableAt(a path to make) = %d, %v; want about %d", got, err, want)
+	}
+	write(t, filepath.Join(root, "file"), "x")
+	if _, err := AvailableAt(filepath.Join(root, "file", "out")); err == nil {
+		t.Error("AvailableAt(a path under a regular file) gave no error")
+	}
+}
