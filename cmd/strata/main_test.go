@@ -698,14 +698,38 @@ func TestOutputOnAnotherFilesystem(t *testing.T) {
 	}
 }
 
+// A small file system (a tmpfs in a user namespace): what cannot fit is
+// refused before the first byte, with the figures; a disk that fills
+// mid-run anyway (files take whole pages: at 160-192k the shard passes the
+// check, then its copy or model.onnx finds no room) names ENOSPC and what
+// to do. The
+// new --out is gone either way.
 func TestFullDisk(t *testing.T) {
 	t.Parallel()
-	code, stderr, left := onSmallFilesystem(t, "64k", "--link", "copy")
-	if code != 1 || !strings.Contains(stderr, "no space left on device") {
-		t.Fatalf("exit %d, want 1 with ENOSPC named:\n%s", code, stderr)
-	}
-	if strings.Contains(left, "model.onnx") || strings.TrimSpace(left) != "" {
-		t.Errorf("the failed export left %q", left)
+	for _, tc := range []struct {
+		name, size string
+		args       []string
+		want       []string
+	}{
+		{"copies refused up front", "64k", []string{"--link", "copy"}, []string{"this export would take ", " of copied shards and the file system of ", " free: free ", "--link auto"}},
+		{"materialised weights refused up front", "64k", []string{"--weights", "materialize"}, []string{"this export would take ", " of materialised weights and ", "the file system of ", " free: free ", "--weights reference"}},
+		{"full mid-run", "176k", []string{"--link", "copy"}, []string{"no space left on device", ": make room on the file system of ", "or export to another --out"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stderr, left := onSmallFilesystem(t, tc.size, tc.args...)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1:\n%s", code, stderr)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the error lacks %q:\n%s", want, stderr)
+				}
+			}
+			if strings.TrimSpace(left) != "" {
+				t.Errorf("the failed export left %q", left)
+			}
+		})
 	}
 }
 

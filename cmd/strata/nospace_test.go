@@ -35,18 +35,24 @@ func TestMaterializeRefusedWithoutRoom(t *testing.T) {
 	if want := "do not fit in the "; code != 0 || !strings.Contains(stdout+stderr, want) {
 		t.Errorf("--dry-run: exit %d, want 0 and a note saying %q:\n%s%s", code, want, stdout, stderr)
 	}
+	shardsOverFree, _ := roomlessLlama(t, root, 2) // its BF16 shards alone are twice the free space
 	for _, tc := range []struct {
-		name  string
-		out   string
-		flags []string
+		name, ckpt, out string
+		flags           []string
+		want            []string // beside "… has X free: free Y there"
 	}{
-		{"whole, new --out", filepath.Join(root, "new"), nil},
-		{"whole, over an export", out, nil},
-		{"layerwise, new --out", filepath.Join(root, "windows"), []string{"--layerwise", "--keep-windows", fmt.Sprintf("--window-size=%d", layers)}},
+		{"whole, new --out", ckpt, filepath.Join(root, "new"), []string{"--weights=materialize"},
+			[]string{"this export would take ", " of materialised weights and the file system of ", "--weights reference"}},
+		{"whole, over an export", ckpt, out, []string{"--weights=materialize"},
+			[]string{"this export would take ", " of materialised weights and the file system of ", "--weights reference"}},
+		{"layerwise, new --out", ckpt, filepath.Join(root, "windows"), []string{"--weights=materialize", "--layerwise", "--keep-windows", fmt.Sprintf("--window-size=%d", layers)},
+			[]string{"window_0_" + fmt.Sprint(layers-1) + ".safetensors would take ", " of materialised weights and the file system of ", "--weights reference"}},
+		{"--link copy, new --out", shardsOverFree, filepath.Join(root, "copy"), []string{"--link=copy"},
+			[]string{"this export would take ", " of copied shards and the file system of ", "--link auto"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			msg := refused(t, append([]string{"export", ckpt, "--out", tc.out, "--plugin-dir", llamaDir, "--weights", "materialize"}, tc.flags...)...)
-			for _, want := range []string{"of weight data and the file system of " + tc.out + " has ", " free: free ", "--weights reference"} {
+			msg := refused(t, append([]string{"export", tc.ckpt, "--out", tc.out, "--plugin-dir", llamaDir}, tc.flags...)...)
+			for _, want := range append(tc.want, " has ", " free: free ", "export to another --out") {
 				if !strings.Contains(msg, want) {
 					t.Errorf("the refusal lacks %q:\n%s", want, msg)
 				}

@@ -202,7 +202,7 @@ func Run(ctx context.Context, p *plugins.Plugin, ckpt *checkpoint.Checkpoint, op
 	defer e.spill.Close()
 	defer func() {
 		if err != nil {
-			err = e.out.discard(err, e.opts.KeepWindows)
+			err = e.out.discard(e.out.withRemedy(err), e.opts.KeepWindows)
 		} else {
 			err = e.out.Close()
 		}
@@ -327,11 +327,12 @@ func (e *exporter) releaseParts() {
 // whole model's weights; with --weight-spec qaic, that spec) unless the
 // export was interrupted. It returns the model's size.
 func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.Spec, t *weights.Table) (int, error) {
-	tables := []*weights.Table{t} // checked before a previous export is touched
+	tables, specs := []*weights.Table{t}, []*weights.Spec{spec} // checked before a previous export is touched
 	for _, s := range e.separate {
-		tables = append(tables, s.table)
+		tables, specs = append(tables, s.table), append(specs, s.spec)
 	}
-	if err := e.out.room(e.out.path(WeightsDir)+"/", tables...); err != nil {
+	need := writes{materialized: materializedBytes(tables...), copied: copiedBytes(e.ckpt, specs...)}
+	if err := e.out.room("this export", need); err != nil {
 		return 0, err
 	}
 	extra := map[string][]byte{}
@@ -346,10 +347,8 @@ func (e *exporter) commit(m *onnxpb.ModelProto, held graph.Held, spec *weights.S
 	if err := e.out.pruneORTFiles(e.ortFiles); err != nil {
 		return 0, err
 	}
-	specs := []*weights.Spec{spec}
 	for _, s := range e.separate {
 		extra[s.file] = s.data
-		specs = append(specs, s.spec)
 		if s.table.Materializing() {
 			if err := e.out.materialize(e.ctx, s.table); err != nil {
 				return 0, err

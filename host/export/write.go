@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -121,52 +122,114 @@ func (o outDir) writeModel(m *onnxpb.ModelProto, held graph.Held, sum hash.Hash,
 
 // materialize writes t's data files (and their index when sharded),
 // refusing before the first byte when the output's file system cannot hold
-// them: a 235B model is hundreds of GB, and a full disk found an hour in
-// costs the hour.
+// them.
 func (o outDir) materialize(ctx context.Context, t *weights.Table) error {
-	if err := o.room(o.path(t.DataPath), t); err != nil {
+	need := writes{materialized: materializedBytes(t)}
+	if err := o.room(o.path(t.DataPath), need); err != nil {
 		return err
 	}
-	need := t.DataBytes()
-	meter := progress.Start(o.progress, o.tty, "materialising "+t.DataPath, need)
+	meter := progress.Start(o.progress, o.tty, "materialising "+t.DataPath, need.materialized)
 	defer meter.Stop()
 	err := t.Materialize(ctx, materialOut{o}, meter.Add)
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG) {
-		return fmt.Errorf("%w: %s needs %s in all: make room for that on the file system of %s, export to another --out, or keep --weights reference (the default), which writes none", err, t.DataPath, progress.Bytes(need), o.Path())
+	if diskFull(err) {
+		return &fullDiskError{err: err, remedy: fmt.Sprintf("%s needs %s in all: make room for that on the file system of %s, or %s",
+			t.DataPath, progress.Bytes(need.materialized), o.Path(), strings.Join(need.remedies(), ", or "))}
 	}
 	return err
 }
 
-// room refuses tables' materialised weights (what: where they go) when
-// the output's file system has less free space than they hold. Free space
-// it cannot read is no reason to refuse.
-func (o outDir) room(what string, tables ...*weights.Table) error {
-	var need int64
+// diskFull is a write that failed for want of room (or under a file-size
+// limit, which fails the same way).
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG)
+}
+
+// fullDiskError is a write that found no room, with what to do.
+type fullDiskError struct {
+	err    error
+	remedy string
+}
+
+func (e *fullDiskError) Error() string { return e.err.Error() + ": " + e.remedy }
+func (e *fullDiskError) Unwrap() error { return e.err }
+
+// withRemedy says what to do after a write that found no room anywhere in
+// an export (a shard copy, model.onnx), unless it says so already.
+func (o outDir) withRemedy(err error) error {
+	var said *fullDiskError
+	if !diskFull(err) || errors.As(err, &said) {
+		return err
+	}
+	return &fullDiskError{err: err, remedy: fmt.Sprintf("make room on the file system of %s, or export to another --out", o.Path())}
+}
+
+// writes is the weight data an export writes: materialised weights and
+// copies of shards.
+type writes struct{ materialized, copied int64 }
+
+func (w writes) total() int64 { return w.materialized + w.copied }
+
+// remedies say how to need less room than w.
+func (w writes) remedies() []string {
+	out := []string{"export to another --out"}
+	if w.materialized > 0 {
+		out = append(out, "keep --weights reference (the default), which writes no weight data")
+	}
+	if w.copied > 0 {
+		out = append(out, "link the shards rather than copy them (--link auto, on the checkpoint's file system)")
+	}
+	return out
+}
+
+// materializedBytes is the data the tables that materialise write.
+func materializedBytes(tables ...*weights.Table) int64 {
+	var n int64
 	for _, t := range tables {
 		if t != nil && t.Materializing() {
-			need += t.DataBytes()
+			n += t.DataBytes()
 		}
 	}
-	if need == 0 {
+	return n
+}
+
+// copiedBytes is the size of the shards that specs copy (--link copy),
+// each counted once.
+func copiedBytes(ckpt *checkpoint.Checkpoint, specs ...*weights.Spec) int64 {
+	var n int64
+	seen := map[string]bool{}
+	for _, spec := range specs {
+		for _, f := range spec.Files {
+			if sh, ok := ckpt.Shard(f.Source); ok && f.Kind == weights.KindCheckpoint && f.Link == weights.LinkCopy && !seen[f.Path] {
+				seen[f.Path] = true
+				n += sh.Size
+			}
+		}
+	}
+	return n
+}
+
+// room refuses writing need into what (a file, or the directory) when the
+// output's file system has less free space: a 235B model is hundreds of
+// GB, and a full disk found an hour in costs the hour. Free space it
+// cannot read is no reason to refuse. A file rewritten goes to a temporary
+// file first, so what it replaces does not count as room.
+func (o outDir) room(what string, need writes) error {
+	if need.total() == 0 {
 		return nil
 	}
-	if free, err := o.Available(); err == nil && need > free {
-		return &NoSpaceError{What: what, Need: need, Free: free, Dir: o.Path()}
+	free, err := o.Available()
+	if err != nil || need.total() <= free {
+		return nil
 	}
-	return nil
-}
-
-// NoSpaceError is materialised weights that the output's file system has
-// no room for, found before writing them.
-type NoSpaceError struct {
-	What       string // the data file (or first shard's name)
-	Need, Free int64
-	Dir        string // the output directory
-}
-
-func (e *NoSpaceError) Error() string {
-	return fmt.Sprintf("%s would hold %s of weight data and the file system of %s has %s free: free %s there, export to another --out, or keep --weights reference (the default), which writes none",
-		e.What, progress.Bytes(e.Need), e.Dir, progress.Bytes(e.Free), progress.Bytes(e.Need-e.Free))
+	var parts []string
+	if need.materialized > 0 {
+		parts = append(parts, progress.Bytes(need.materialized)+" of materialised weights")
+	}
+	if need.copied > 0 {
+		parts = append(parts, progress.Bytes(need.copied)+" of copied shards")
+	}
+	return fmt.Errorf("%s would take %s and the file system of %s has %s free: free %s there, or %s",
+		what, strings.Join(parts, " and "), o.Path(), progress.Bytes(free), progress.Bytes(need.total()-free), strings.Join(need.remedies(), ", or "))
 }
 
 // materialOut is the output directory as weights.Table.Materialize writes it.
@@ -230,11 +293,5 @@ func (o outDir) linkShards(ctx context.Context, ckpt *checkpoint.Checkpoint, spe
 // copyMeter is the progress of copying the shards --link copy copies (a
 // meter that shows nothing for links).
 func (o outDir) copyMeter(ckpt *checkpoint.Checkpoint, spec *weights.Spec) *progress.Meter {
-	var total int64
-	for _, f := range spec.Files {
-		if sh, ok := ckpt.Shard(f.Source); ok && f.Kind == weights.KindCheckpoint && f.Link == weights.LinkCopy {
-			total += sh.Size
-		}
-	}
-	return progress.Start(o.progress, o.tty, "copying shards into "+weights.DataDir+"/", total)
+	return progress.Start(o.progress, o.tty, "copying shards into "+weights.DataDir+"/", copiedBytes(ckpt, spec))
 }
