@@ -131,10 +131,10 @@ func TestMaterializeFullDiskSaysWhatToDo(t *testing.T) {
 	}
 }
 
-// roomlessLlama is a header-only Llama (in root's file system, sparse)
-// whose every layer is 855M parameters, with enough layers that at
-// bytesPerParam it holds twice what that file system has free; and that
-// number of layers.
+// roomlessLlama is a sparse header-only Llama whose every layer is 855M
+// parameters, with enough layers that at bytesPerParam it holds twice what
+// root's file system (the test's temporary one) has free; and that number
+// of layers.
 func roomlessLlama(t *testing.T, root string, bytesPerParam int64) (ckpt string, layers int64) {
 	t.Helper()
 	var st unix.Statfs_t
