@@ -207,14 +207,13 @@ func TestInterruptKeepsFinishedWindows(t *testing.T) {
 
 // layeredLlama is a header-only Llama of 32 layers of 63 MB each
 // (materialised as float32) and a plugin directory of the test's own: a
-// layerwise export of one layer a window runs for seconds, and the windows
-// a test keeps take a few hundred MB of disk, not the 8B's 2.8 GB a layer
-// pair (which filled a CI machine's disk beside the other tests).
+// layerwise export of one layer a window is still running when its first
+// window lands, and the windows a test keeps take a few hundred MB of disk,
+// not the 8B's 2.8 GB a layer pair (which filled a CI machine's disk beside
+// the other tests).
 func layeredLlama(t *testing.T) (plugins, ckpt string) {
 	t.Helper()
-	plugins = t.TempDir()
-	must(t, os.Link(filepath.Join(llamaDir, "strata-plugin-llama"), filepath.Join(plugins, "strata-plugin-llama")))
-	return plugins, headerOnlyLlama(t, llamaShape{hidden: 1024, intermediate: 4096, layers: 32, heads: 16, kvHeads: 8})
+	return ownPlugins(t, llamaDir), headerOnlyLlama(t, llamaShape{hidden: 1024, intermediate: 4096, layers: 32, heads: 16, kvHeads: 8})
 }
 
 // llama8B is a header-only Llama-3.1-8B (16 GB of sparse shards) and a

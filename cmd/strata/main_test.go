@@ -702,8 +702,7 @@ func TestOutputOnAnotherFilesystem(t *testing.T) {
 // refused before the first byte, with the figures; a disk that fills
 // mid-run anyway (files take whole pages: at 160-192k the shard passes the
 // check, then its copy or model.onnx finds no room) names ENOSPC and what
-// to do. The
-// new --out is gone either way.
+// to do. The new --out is gone either way.
 func TestFullDisk(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

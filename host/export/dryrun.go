@@ -127,10 +127,13 @@ func (e *exporter) dryRun() (*Result, error) {
 	}
 	if a.table.Materializing() {
 		planned.Files = append(planned.Files, PlannedFile{Path: WeightsDir + "/", Bytes: a.table.DataBytes(), What: "weights"})
-		if free, err := outdir.AvailableAt(e.opts.Out); e.opts.Out != "" && err == nil && a.table.DataBytes() > free {
-			e.notes = append(e.notes, fmt.Sprintf("the materialised weights (%s) do not fit in the %s free on the file system of %s: a real run would refuse",
-				progress.Bytes(a.table.DataBytes()), progress.Bytes(free), e.opts.Out))
-		}
+	}
+	tables := []*weights.Table{a.table}
+	for _, s := range e.separate {
+		tables = append(tables, s.table)
+	}
+	if note := fitNote(e.opts.Out, writes{materialized: materializedBytes(tables...), copied: copiedBytes(e.ckpt, spec)}); note != "" {
+		e.notes = append(e.notes, note)
 	}
 	for _, f := range spec.Files {
 		if sh, ok := e.ckpt.Shard(f.Source); ok && f.Kind == weights.KindCheckpoint {
@@ -166,4 +169,18 @@ type counter int64
 func (c *counter) Write(b []byte) (int, error) {
 	*c += counter(len(b))
 	return len(b), nil
+}
+
+// fitNote says when need does not fit in the free space of out's file
+// system (a real run's refusal, foretold); "" when it fits or cannot tell.
+func fitNote(out string, need writes) string {
+	if out == "" || need.total() == 0 {
+		return ""
+	}
+	free, err := outdir.AvailableAt(out)
+	if err != nil || need.total() <= free {
+		return ""
+	}
+	return fmt.Sprintf("the %s this export writes do not fit in the %s free on the file system of %s: a real run would refuse",
+		need, progress.Bytes(free), out)
 }

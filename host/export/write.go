@@ -169,6 +169,19 @@ type writes struct{ materialized, copied int64 }
 
 func (w writes) total() int64 { return w.materialized + w.copied }
 
+// String is "X of materialised weights and Y of copied shards", leaving
+// out a part that is nothing.
+func (w writes) String() string {
+	var parts []string
+	if w.materialized > 0 {
+		parts = append(parts, progress.Bytes(w.materialized)+" of materialised weights")
+	}
+	if w.copied > 0 {
+		parts = append(parts, progress.Bytes(w.copied)+" of copied shards")
+	}
+	return strings.Join(parts, " and ")
+}
+
 // remedies say how to need less room than w.
 func (w writes) remedies() []string {
 	out := []string{"export to another --out"}
@@ -221,15 +234,8 @@ func (o outDir) room(what string, need writes) error {
 	if err != nil || need.total() <= free {
 		return nil
 	}
-	var parts []string
-	if need.materialized > 0 {
-		parts = append(parts, progress.Bytes(need.materialized)+" of materialised weights")
-	}
-	if need.copied > 0 {
-		parts = append(parts, progress.Bytes(need.copied)+" of copied shards")
-	}
 	return fmt.Errorf("%s would take %s and the file system of %s has %s free: free %s there, or %s",
-		what, strings.Join(parts, " and "), o.Path(), progress.Bytes(free), progress.Bytes(need.total()-free), strings.Join(need.remedies(), ", or "))
+		what, need, o.Path(), progress.Bytes(free), progress.Bytes(need.total()-free), strings.Join(need.remedies(), ", or "))
 }
 
 // materialOut is the output directory as weights.Table.Materialize writes it.

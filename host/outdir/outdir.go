@@ -298,8 +298,10 @@ func (d *Dir) Available() (int64, error) {
 	if err := unix.Fstatfs(d.fd, &st); err != nil {
 		return 0, fmt.Errorf("%s: reading its file system's free space: %w", d.path, err)
 	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
+	return available(&st), nil
 }
+
+func available(st *unix.Statfs_t) int64 { return int64(st.Bavail) * int64(st.Bsize) }
 
 // AvailableAt is Available for a directory that may not exist yet: the
 // free space of the file system of its nearest existing ancestor.
@@ -308,7 +310,7 @@ func AvailableAt(dir string) (int64, error) {
 		var st unix.Statfs_t
 		err := unix.Statfs(p, &st)
 		if err == nil {
-			return int64(st.Bavail) * int64(st.Bsize), nil
+			return available(&st), nil
 		}
 		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
 			return 0, fmt.Errorf("%s: reading its file system's free space: %w", dir, err)
